@@ -1,0 +1,125 @@
+"""The append-only JSONL audit log: one row per decision, one write per row."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from cronctl.timefmt import from_iso
+
+# Rotation keeps the log bounded: audit.jsonl -> audit.jsonl.1 -> ... -> audit.jsonl.N
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_KEEP = 3
+
+
+def now_ms_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class AuditLog:
+    path: Path
+    max_bytes: int = DEFAULT_MAX_BYTES
+    keep: int = DEFAULT_KEEP
+
+    def append(self, event: str, **details: Any) -> dict[str, Any]:
+        """Write one row with a single O_APPEND write so concurrent writers never interleave.
+
+        Audit must never take the scheduler down: a failed write is reported on stderr only.
+        """
+        row: dict[str, Any] = {"ts": details.pop("ts", None) or now_ms_iso(), "event": str(event)}
+        row.update({k: v for k, v in details.items() if v is not None})
+        line = (json.dumps(row, sort_keys=True, default=str, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            self._rotate_if_needed()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            import sys
+
+            print(f"cronctl: cannot write audit row to {self.path}: {exc.strerror}", file=sys.stderr)
+        return row
+
+    def _rotate_if_needed(self) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size < self.max_bytes:
+            return
+        for index in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{index}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
+        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+
+    def files_oldest_first(self) -> list[Path]:
+        rotated = [self.path.with_name(f"{self.path.name}.{i}") for i in range(self.keep, 0, -1)]
+        return [p for p in [*rotated, self.path] if p.exists()]
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every readable row, oldest first; a torn or garbled line is skipped."""
+        for path in self.files_oldest_first():
+            try:
+                handle = path.open("rb")
+            except FileNotFoundError:
+                continue
+            with handle:
+                for raw in handle:
+                    row = _parse_row(raw)
+                    if row is not None:
+                        yield row
+
+
+def _parse_row(raw: bytes) -> dict[str, Any] | None:
+    if not raw.endswith(b"\n"):
+        return None  # torn last line: the writer died mid-append
+    try:
+        row = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return row if isinstance(row, dict) and "event" in row else None
+
+
+def filter_rows(
+    rows: Iterator[dict[str, Any]],
+    *,
+    job: str | None = None,
+    event: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The last `limit` rows matching every given filter, oldest first.
+
+    `event` matches exactly, or as a prefix when it ends with '.' or '*' (run.*).
+    """
+    prefix = event.rstrip("*") if event and (event.endswith("*") or event.endswith(".")) else None
+    selected: list[dict[str, Any]] = []
+    for row in rows:
+        if job is not None and row.get("job") != job:
+            continue
+        if event is not None:
+            name = str(row.get("event"))
+            if (prefix is not None and not name.startswith(prefix)) or (prefix is None and name != event):
+                continue
+        if since is not None and not _row_since(row, since):
+            continue
+        selected.append(row)
+    if limit is not None:
+        selected = selected[-limit:] if limit > 0 else []
+    return selected
+
+
+def _row_since(row: dict[str, Any], since: datetime) -> bool:
+    try:
+        ts = from_iso(row.get("ts"))
+    except (TypeError, ValueError):
+        return False
+    return ts is not None and ts >= since

@@ -1,0 +1,467 @@
+"""The typer app: one short function per command, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, List, Optional
+
+import typer
+
+from cronctl import __version__
+
+app = typer.Typer(
+    name="cronctl",
+    help="A cron for one host that never fails silently.",
+    add_completion=True,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_state: dict[str, Any] = {"home": None}
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output with stable keys.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"cronctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    home: Annotated[Optional[Path], typer.Option("--home", help="State directory (default $CRONCTL_HOME, "
+                                                 "$XDG_STATE_HOME/cronctl, ~/.local/state/cronctl).")] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    _state["home"] = home
+
+
+def _ctx():  # type: ignore[no-untyped-def]
+    from cronctl.context import Context
+    from cronctl.paths import resolve_home
+
+    return Context.open(resolve_home(_state["home"]))
+
+
+# --- job options shared by add and edit -----------------------------------------
+
+
+def _collect_options(**given: Any) -> dict[str, Any]:
+    """Turn CLI option values into the YAML-shaped fields build_spec validates."""
+    options: dict[str, Any] = {}
+    for key, value in given.items():
+        if value is None or value == []:
+            continue
+        if key == "env":
+            options["env"] = _parse_env_pairs(value)
+        else:
+            options[key] = value
+    return options
+
+
+def _parse_env_pairs(pairs: list[str]) -> dict[str, str]:
+    from cronctl.errors import UsageError
+
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _command_from_args(args: list[str] | None) -> str | list[str] | None:
+    """One argument is a shell string (/bin/sh -c); several are an argv list."""
+    if not args:
+        return None
+    return args[0] if len(args) == 1 else list(args)
+
+
+CronOpt = Annotated[Optional[str], typer.Option("--cron", help="5-field cron expression or @daily etc.")]
+EveryOpt = Annotated[Optional[str], typer.Option("--every", help="Interval, e.g. 30s, 5m.")]
+AtOpt = Annotated[Optional[str], typer.Option("--at", help="One-shot ISO 8601 instant.")]
+TzOpt = Annotated[Optional[str], typer.Option("--timezone", "--tz", help="IANA zone (default UTC).")]
+CwdOpt = Annotated[Optional[str], typer.Option("--cwd", help="Working directory.")]
+EnvOpt = Annotated[Optional[List[str]], typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")]
+TimeoutOpt = Annotated[Optional[str], typer.Option("--timeout", help="Default 1h; 0 = none.")]
+GraceKillOpt = Annotated[Optional[str], typer.Option("--kill-grace", help="SIGTERM to SIGKILL wait (10s).")]
+OverlapOpt = Annotated[Optional[str], typer.Option("--overlap", help="skip | allow | replace.")]
+CatchupOpt = Annotated[Optional[str], typer.Option("--catchup", help="latest | skip.")]
+DeadlineOpt = Annotated[Optional[str], typer.Option("--starting-deadline", help="Later than this = missed.")]
+RetriesOpt = Annotated[Optional[int], typer.Option("--retries", help="Extra attempts after a failure.")]
+RetryDelayOpt = Annotated[Optional[str], typer.Option("--retry-delay", help="First retry delay (doubles).")]
+RepeatOpt = Annotated[Optional[int], typer.Option("--repeat", help="Stop after N runs.")]
+JitterOpt = Annotated[Optional[str], typer.Option("--jitter", help="Stable per-job delay in [0, jitter).")]
+GraceOpt = Annotated[Optional[str], typer.Option("--grace", help="How late before 'late' (default: half cadence).")]
+OnFailureOpt = Annotated[Optional[str], typer.Option("--on-failure", help="Shell command run after a failure.")]
+PausedOpt = Annotated[Optional[bool], typer.Option("--paused/--not-paused", help="Define it paused.")]
+CommandArg = Annotated[Optional[List[str]], typer.Argument(help="The command after --: one argument is a "
+                                                          "shell string, several are an argv list.")]
+
+
+@app.command()
+def add(
+    name: Annotated[str, typer.Argument(help="Job name: [a-z0-9][a-z0-9._-]*")],
+    command: CommandArg = None,
+    cron: CronOpt = None, every: EveryOpt = None, at: AtOpt = None, timezone: TzOpt = None,
+    cwd: CwdOpt = None, env: EnvOpt = None, timeout: TimeoutOpt = None, kill_grace: GraceKillOpt = None,
+    overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
+    retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
+    jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Define a job.
+
+    Example: cronctl add backup --cron "0 3 * * *" --tz Europe/Berlin -- "pg_dump db | gzip > /tmp/db.gz"
+    """
+    from cronctl import ops, render
+
+    options = _collect_options(
+        cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
+        kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
+        retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
+        on_failure=on_failure, paused=paused, command=_command_from_args(command),
+    )
+    ctx = _ctx()
+    view = ops.add_job(ctx, ops.spec_from_options(name, options))
+    if json_out:
+        render.print_json(_job_json(view, ctx))
+    else:
+        render.say(f"added {name}: {view.spec.schedule_text}, next fire {view.state['next_run_at']}")
+
+
+@app.command()
+def edit(
+    name: Annotated[str, typer.Argument(help="Job to change.")],
+    command: CommandArg = None,
+    cron: CronOpt = None, every: EveryOpt = None, at: AtOpt = None, timezone: TzOpt = None,
+    cwd: CwdOpt = None, env: EnvOpt = None, timeout: TimeoutOpt = None, kill_grace: GraceKillOpt = None,
+    overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
+    retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
+    jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
+    unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
+                                                       "(cwd, env, repeat, grace, ...), repeatable.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change fields of a job; a schedule change counts from now.
+
+    Example: cronctl edit backup --cron "30 3 * * *" --timeout 2h
+    """
+    from cronctl import ops, render
+
+    changes = _collect_options(
+        cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
+        kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
+        retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
+        on_failure=on_failure, paused=paused, command=_command_from_args(command),
+    )
+    ctx = _ctx()
+    view, changed = ops.edit_job(ctx, name, changes, unset or [])
+    if json_out:
+        render.print_json({"job": _job_json(view, ctx), "changed": changed})
+    elif changed:
+        render.say(f"updated {name}: {', '.join(changed)}")
+        if view.spec.source:
+            render.warn(f"{name} is defined by {view.spec.source}; the next apply of that file overrides this edit")
+    else:
+        render.say(f"{name}: nothing changed")
+
+
+@app.command()
+def remove(
+    name: Annotated[str, typer.Argument(help="Job to delete.")],
+    force: Annotated[bool, typer.Option("--force", help="Kill its running processes first.")] = False,
+) -> None:
+    """Delete a job (refuses while it runs unless --force).
+
+    Example: cronctl remove backup --force
+    """
+    from cronctl import ops, render
+
+    killed = ops.remove_job(_ctx(), name, force)
+    render.say(f"removed {name}" + (f" (killed {killed} running run(s))" if killed else ""))
+
+
+@app.command("list")
+def list_cmd(json_out: JsonOpt = False) -> None:
+    """Definitions, state and next fire of every job.
+
+    Example: cronctl list --json
+    """
+    from cronctl import ops, render
+
+    ctx = _ctx()
+    views = ops.list_jobs(ctx)
+    if json_out:
+        render.print_json({"jobs": [_job_json(v, ctx) for v in views]})
+        return
+    render.jobs_table((_job_row(v, ctx) for v in views), ctx.clock.now())
+
+
+@app.command()
+def show(name: Annotated[str, typer.Argument(help="Job to show.")], json_out: JsonOpt = False) -> None:
+    """One job in full: definition, state, next fires.
+
+    Example: cronctl show backup
+    """
+    from cronctl import ops, render
+
+    ctx = _ctx()
+    view = ops.show_job(ctx, name)
+    data = _job_json(view, ctx)
+    if json_out:
+        render.print_json(data)
+        return
+    render.job_detail(_detail_fields(data))
+
+
+@app.command("next")
+def next_cmd(
+    name: Annotated[Optional[str], typer.Argument(help="Job (default: all).")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", min=1, max=1000, help="How many instants.")] = 5,
+    from_: Annotated[Optional[str], typer.Option("--from", help="Start at this ISO instant instead of now.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The next fire instants, in the job's zone and UTC.
+
+    Example: cronctl next backup -n 3 --from 2026-10-24T00:00:00+02:00
+    """
+    from zoneinfo import ZoneInfo
+
+    from cronctl import ops, render
+    from cronctl.planning import fire_at
+    from cronctl.timefmt import to_iso
+
+    ctx = _ctx()
+    start = ops.parse_instant(from_) if from_ else None
+    results = ops.next_fires(ctx, name, count, start)
+    rows = []
+    for result in results:
+        zone = ZoneInfo(result.view.spec.timezone)
+        fires = [fire_at(result.view.spec, slot) for slot in result.instants]
+        rows.append((result.view.spec.name, result.view.spec.timezone, [(f.astimezone(zone), f) for f in fires]))
+    if json_out:
+        render.print_json({"jobs": [
+            {"name": job, "timezone": zone, "fires": [{"local": l.isoformat(), "utc": to_iso(u)} for l, u in inst]}
+            for job, zone, inst in rows
+        ]})
+        return
+    render.next_table(rows)
+
+
+@app.command()
+def apply(
+    file: Annotated[Path, typer.Option("-f", "--file", help="YAML jobs file.")],
+    prune: Annotated[bool, typer.Option("--prune", help="Remove jobs this file defined earlier "
+                                        "and no longer does.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, change nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Create and update the jobs of a file (declarative, idempotent).
+
+    Example: cronctl apply -f jobs.yaml --prune --dry-run
+    """
+    from cronctl import ops, render
+
+    plan = ops.apply_file(_ctx(), str(file), prune=prune, dry_run=dry_run)
+    if json_out:
+        render.print_json(plan.to_dict())
+    else:
+        render.apply_plan(plan.to_dict(), dry_run)
+
+
+@app.command()
+def validate(
+    file: Annotated[Path, typer.Option("-f", "--file", help="YAML jobs file.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a jobs file without touching the store.
+
+    Example: cronctl validate -f jobs.example.yaml
+    """
+    from cronctl import ops, render
+
+    specs = ops.validate_file(str(file))
+    if json_out:
+        render.print_json({"file": str(file), "valid": True, "jobs": [s.name for s in specs]})
+    else:
+        render.say(f"{file}: {len(specs)} job(s) valid: {', '.join(s.name for s in specs)}")
+
+
+@app.command()
+def pause(name: Annotated[str, typer.Argument(help="Job to pause.")]) -> None:
+    """Stop firing a job until it is resumed (a running run is not touched).
+
+    Example: cronctl pause backup
+    """
+    from cronctl import ops, render
+
+    changed = ops.pause_job(_ctx(), name)
+    render.say(f"paused {name}" if changed else f"{name} was already paused")
+
+
+@app.command()
+def resume(
+    name: Annotated[Optional[str], typer.Argument(help="Job to resume.")] = None,
+    all_jobs: Annotated[bool, typer.Option("--all", help="Resume every job.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Clear pause and error wedges and re-arm the job from now.
+
+    Example: cronctl resume backup
+    """
+    from cronctl import ops, render
+    from cronctl.errors import UsageError
+
+    if bool(name) == all_jobs:
+        raise UsageError("give a job name or --all")
+    results = ops.resume_jobs(_ctx(), None if all_jobs else [name or ""])
+    if json_out:
+        render.print_json({"jobs": [r.__dict__ for r in results]})
+        return
+    for result in results:
+        cleared = f" (cleared {', '.join(result.cleared)})" if result.cleared else ""
+        render.say(f"resumed {result.name}{cleared}; next fire {result.next_run_at}")
+        if result.still_paused_by:
+            render.warn(f"{result.name} stays paused: its file {result.still_paused_by} says paused: true")
+
+
+@app.command()
+def audit(
+    job: Annotated[Optional[str], typer.Option("--job", help="Only rows of this job.")] = None,
+    event: Annotated[Optional[str], typer.Option("--event", help="Event name, or a prefix like 'run.*'.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="ISO instant, or a duration ago like 1h.")] = None,
+    count: Annotated[int, typer.Option("-n", min=0, help="Last N rows.")] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """Read the audit log.
+
+    Example: cronctl audit --job backup --event 'run.*' --since 1h
+    """
+    from cronctl import audit as audit_mod
+    from cronctl import render
+
+    ctx = _ctx()
+    rows = audit_mod.filter_rows(ctx.audit.rows(), job=job, event=event,
+                                 since=_since(since, ctx) if since else None, limit=count)
+    if json_out:
+        render.print_json({"rows": rows})
+    else:
+        render.audit_rows(rows)
+
+
+def _since(text: str, ctx: Any) -> Any:
+    from datetime import timedelta
+
+    from cronctl import ops
+    from cronctl.durations import parse_duration
+    from cronctl.errors import CronctlError
+
+    try:
+        return ctx.clock.now() - timedelta(seconds=parse_duration(text, field="--since"))
+    except CronctlError:
+        return ops.parse_instant(text)
+
+
+# --- shared view helpers ---------------------------------------------------------
+
+
+def _job_json(view: Any, ctx: Any) -> dict[str, Any]:
+    from cronctl.health import job_health
+    from cronctl.jobs import entry_from
+    from cronctl.liveness import lease_checker, owner_alive
+    from cronctl.planning import fire_at
+    from cronctl.timefmt import to_iso
+
+    now = ctx.clock.now()
+    health = job_health(view, now, owner_alive, lease_checker())
+    data = entry_from(view.spec, view.state)
+    next_slot = view.next_run_at
+    data["next_fire_at"] = to_iso(fire_at(view.spec, next_slot)) if next_slot and not view.paused else None
+    data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
+    return data
+
+
+def _job_row(view: Any, ctx: Any) -> dict[str, Any]:
+    from cronctl.timefmt import from_iso
+
+    data = _job_json(view, ctx)
+    return {
+        "name": view.spec.name, "schedule": view.spec.schedule_text, "timezone": view.spec.timezone,
+        "next_fire": from_iso(data["next_fire_at"]), "last_run": from_iso(view.state.get("last_run_at")),
+        "status_word": data["health"]["state"], "command": view.spec.command,
+    }
+
+
+def _detail_fields(data: dict[str, Any]) -> list[tuple[str, str]]:
+    import json
+
+    from cronctl.models import command_text
+
+    fields: list[tuple[str, str]] = []
+    for key, value in data.items():
+        if key in ("state", "health"):
+            continue
+        if value in (None, {}, [], False) and key not in ("paused",):
+            continue
+        text = command_text(value) if key in ("command", "on_failure") else (
+            json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+        fields.append((key, text))
+    fields.append(("health", f"{data['health']['state']}: {data['health']['reason']}"))
+    for key, value in sorted(data["state"].items()):
+        if key == "claims":
+            value = ", ".join(value) or "-"
+        fields.append((f"state.{key}", "-" if value is None else str(value)))
+    return fields
+
+
+# --- entry point -----------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the app; the only place a CronctlError becomes a message and an exit code."""
+    from cronctl.errors import ConfigError, CronctlError
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=args, prog_name="cronctl", standalone_mode=False)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"cronctl: error: {problem}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except CronctlError as exc:
+        print(f"cronctl: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("cronctl: aborted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        # Usage errors of the (possibly vendored) click layer: they know how to show themselves.
+        if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
+            _internal_error(exc)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal_error(exc: BaseException) -> None:
+    """A bug: say so plainly; the traceback only on request."""
+    import os
+    import traceback
+
+    if os.environ.get("CRONCTL_DEBUG"):
+        traceback.print_exc()
+    print(f"cronctl: internal error: {type(exc).__name__}: {exc} "
+          "(set CRONCTL_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+    sys.exit(1)

@@ -1,0 +1,29 @@
+"""What every use case needs: the home's paths, the store, the audit log and a clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cronctl.audit import AuditLog
+from cronctl.clock import Clock, SystemClock
+from cronctl.paths import Paths, open_home
+from cronctl.store import Store
+
+
+@dataclass
+class Context:
+    paths: Paths
+    store: Store
+    audit: AuditLog
+    clock: Clock = field(default_factory=SystemClock)
+
+    @classmethod
+    def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0) -> Context:
+        paths = open_home(home)
+        return cls(
+            paths=paths,
+            store=Store(paths, lock_timeout=lock_timeout),
+            audit=AuditLog(paths.audit),
+            clock=clock or SystemClock(),
+        )

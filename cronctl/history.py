@@ -1,0 +1,85 @@
+"""Per-job run history (runs/<job>/history.jsonl) and run-log retention."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cronctl.paths import Paths
+
+HISTORY_MAX_BYTES = 512 * 1024
+HISTORY_KEEP_ROWS = 200
+LOGS_KEPT = 20
+
+
+def append_record(paths: Paths, record: dict[str, Any]) -> None:
+    path = paths.history(record["job"])
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    if path.stat().st_size > HISTORY_MAX_BYTES:
+        _trim(path)
+
+
+def _trim(path: Path) -> None:
+    rows = path.read_bytes().splitlines(keepends=True)[-HISTORY_KEEP_ROWS:]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(rows))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def read_records(paths: Paths, job: str | None) -> list[dict[str, Any]]:
+    """Records of one job (or all), oldest first; torn lines skipped."""
+    if job is not None:
+        files = [paths.history(job)]
+    elif paths.runs_dir.is_dir():
+        files = [d / "history.jsonl" for d in sorted(paths.runs_dir.iterdir()) if d.is_dir()]
+    else:
+        files = []
+    records: list[dict[str, Any]] = []
+    for path in files:
+        try:
+            lines = path.read_bytes().splitlines(keepends=True)
+        except FileNotFoundError:
+            continue
+        for raw in lines:
+            if not raw.endswith(b"\n"):
+                continue
+            try:
+                records.append(json.loads(raw))
+            except ValueError:
+                continue
+    records.sort(key=lambda r: (r.get("ended_at") or "", r.get("run_id") or ""))
+    return records
+
+
+def find_record(paths: Paths, job: str, run_id: str) -> dict[str, Any] | None:
+    for record in reversed(read_records(paths, job)):
+        if record.get("run_id") == run_id:
+            return record
+    return None
+
+
+def prune_logs(paths: Paths, job: str, keep: int = LOGS_KEPT) -> int:
+    """Keep the newest `keep` run logs of a job (run ids sort by time)."""
+    directory = paths.job_runs_dir(job)
+    try:
+        logs = sorted(p for p in directory.iterdir() if p.suffix == ".log" and p.name.count(".") == 1)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for old in logs[:-keep] if keep > 0 else logs:
+        try:
+            old.unlink()
+            old.with_name(old.stem + ".on_failure.log").unlink(missing_ok=True)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed

@@ -1,0 +1,179 @@
+"""Job definitions and the closed sets of words cronctl speaks in.
+
+Dataclasses are converted to plain dicts only at the store and audit boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from cronctl.durations import format_duration, parse_duration
+from cronctl.timefmt import from_iso, to_iso
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+NAME_MAX = 64
+
+
+class StrEnum(str, Enum):
+    def __str__(self) -> str:
+        return self.value
+
+
+class Overlap(StrEnum):
+    SKIP = "skip"
+    ALLOW = "allow"
+    REPLACE = "replace"
+
+
+class Catchup(StrEnum):
+    LATEST = "latest"
+    SKIP = "skip"
+
+
+class RunStatus(StrEnum):
+    SUCCESS = "success"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    LOST = "lost"
+    NOT_STARTED = "not_started"
+
+
+FAILED_STATUSES = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.LOST})
+
+
+class AuditEvent(StrEnum):
+    JOB_ADDED = "job.added"
+    JOB_UPDATED = "job.updated"
+    JOB_REMOVED = "job.removed"
+    JOB_PAUSED = "job.paused"
+    JOB_RESUMED = "job.resumed"
+    SCHEDULER_STARTED = "scheduler.started"
+    SCHEDULER_STOPPED = "scheduler.stopped"
+    SCHEDULER_STANDBY = "scheduler.standby"
+    SCHEDULER_TAKEOVER = "scheduler.takeover"
+    SCHEDULER_GENERATION_RESTARTED = "scheduler.generation_restarted"
+    RUN_CLAIMED = "run.claimed"
+    RUN_STARTED = "run.started"
+    RUN_FINISHED = "run.finished"
+    RUN_SKIPPED = "run.skipped"
+    RUN_MISSED = "run.missed"
+    RUN_RETRY_SCHEDULED = "run.retry_scheduled"
+    RUN_SPAWN_FAILED = "run.spawn_failed"
+    RUN_FENCED = "run.fenced"
+    RUN_KILLED = "run.killed"
+    CLAIM_RECLAIMED = "claim.reclaimed"
+    RECOVERY_PERSISTED_ERROR_REARMED = "recovery.persisted_error_rearmed"
+    RECOVERY_DEADLINE_TERMINATED = "recovery.deadline_terminated"
+    FORCE_RUN_REQUESTED = "force_run.requested"
+
+
+# Fields whose YAML/store value is a duration string; in memory they are seconds.
+DURATION_FIELDS = ("every", "timeout", "kill_grace", "starting_deadline", "retry_delay", "jitter", "grace")
+
+DEFAULT_TIMEOUT = 3600.0
+DEFAULT_KILL_GRACE = 10.0
+DEFAULT_RETRY_DELAY = 60.0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the operator asked for. Exactly one of cron / every / at is set."""
+
+    name: str
+    command: str | tuple[str, ...]
+    cron: str | None = None
+    every: float | None = None
+    at: datetime | None = None
+    timezone: str = "UTC"
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT
+    kill_grace: float = DEFAULT_KILL_GRACE
+    overlap: Overlap = Overlap.SKIP
+    catchup: Catchup = Catchup.LATEST
+    starting_deadline: float | None = None
+    retries: int = 0
+    retry_delay: float = DEFAULT_RETRY_DELAY
+    repeat: int | None = None
+    jitter: float = 0.0
+    grace: float | None = None
+    on_failure: str | tuple[str, ...] | None = None
+    paused: bool = False
+    source: str | None = None  # absolute path of the YAML file that defined it; None = added by hand
+
+    @property
+    def schedule_kind(self) -> str:
+        if self.cron is not None:
+            return "cron"
+        if self.every is not None:
+            return "every"
+        return "at"
+
+    @property
+    def schedule_text(self) -> str:
+        if self.cron is not None:
+            return self.cron
+        if self.every is not None:
+            return f"every {format_duration(self.every)}"
+        return f"at {to_iso(self.at)}"
+
+    def with_changes(self, **changes: Any) -> JobSpec:
+        return replace(self, **changes)
+
+    def schedule_fields(self) -> tuple[Any, ...]:
+        """What decides the slots: a change here recomputes next_run_at from now."""
+        return (self.cron, self.every, self.at, self.timezone, self.jitter)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in DURATION_FIELDS and value is not None:
+                value = format_duration(value)
+            elif f.name == "at":
+                value = to_iso(value)
+            elif isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, dict):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        """Rebuild from the store; the store only ever holds validated specs."""
+        kwargs: dict[str, Any] = {}
+        known = {f.name for f in fields(cls)}
+        for key, value in data.items():
+            if key not in known:
+                continue
+            if key in DURATION_FIELDS and value is not None:
+                value = parse_duration(value, field=key)
+            elif key == "at":
+                value = from_iso(value)
+            elif key == "overlap":
+                value = Overlap(value)
+            elif key == "catchup":
+                value = Catchup(value)
+            elif key in ("command", "on_failure") and isinstance(value, list):
+                value = tuple(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+
+def command_text(command: str | tuple[str, ...] | None) -> str:
+    """How a command reads to a human."""
+    if command is None:
+        return ""
+    if isinstance(command, str):
+        return command
+    import shlex
+
+    return shlex.join(command)

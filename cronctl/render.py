@@ -1,0 +1,120 @@
+"""Everything users see: rich tables for people, stable JSON for tools. No logic."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from typing import Any, Iterable
+
+from cronctl.models import command_text
+
+
+def _console(stderr: bool = False):  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    # Piped output and NO_COLOR get plain text with no escape codes.
+    no_color = bool(os.environ.get("NO_COLOR"))
+    return Console(stderr=stderr, no_color=no_color, highlight=False, soft_wrap=False,
+                   width=None if sys.stdout.isatty() else 200)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n")
+
+
+def say(message: str) -> None:
+    _console().print(message, markup=False)
+
+
+def warn(message: str) -> None:
+    print(f"cronctl: warning: {message}", file=sys.stderr)
+
+
+def relative(when: datetime | None, now: datetime) -> str:
+    """'in 4m', '3h ago', 'now' — the way an operator reads a schedule."""
+    if when is None:
+        return "-"
+    seconds = (when - now).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    text = _short_span(abs(seconds))
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def _short_span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            whole = int(seconds // size)
+            rest = int((seconds % size) // (size // (24 if unit == "d" else 60)))
+            sub = {"d": "h", "h": "m", "m": "s"}[unit]
+            return f"{whole}{unit}{rest}{sub}" if rest and whole < 10 else f"{whole}{unit}"
+    return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds * 1000:.0f}ms"
+
+
+def _stamp(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    return f"{when.strftime('%Y-%m-%d %H:%M:%S')}Z ({relative(when, now)})"
+
+
+def jobs_table(rows: Iterable[dict[str, Any]], now: datetime) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "SCHEDULE", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"):
+        table.add_column(column, overflow="fold")
+    count = 0
+    for row in rows:
+        count += 1
+        table.add_row(
+            row["name"], row["schedule"], row["timezone"], relative(row["next_fire"], now),
+            relative(row["last_run"], now), row["status_word"], command_text(row["command"])[:60],
+        )
+    if count == 0:
+        say("no jobs defined (add one with 'cronctl add' or 'cronctl apply -f FILE')")
+        return
+    _console().print(table)
+
+
+def job_detail(fields: list[tuple[str, str]]) -> None:
+    width = max((len(k) for k, _ in fields), default=0)
+    for key, value in fields:
+        say(f"{key.ljust(width)}  {value}")
+
+
+def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]]) -> None:
+    """rows: (job, zone, [(local instant, utc instant)])."""
+    for job, zone, instants in rows:
+        if not instants:
+            say(f"{job}: no further fires")
+            continue
+        say(f"{job} ({zone}):")
+        for local, utc in instants:
+            say(f"  {local.isoformat()}   {utc.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+
+
+def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
+    verb = "would" if dry_run else "did"
+    lines = [f"+ create {n}" for n in plan["create"]]
+    lines += [f"~ update {n} ({', '.join(f)})" for n, f in plan["update"].items()]
+    lines += [f"~ adopt {n} (added by hand, now defined by this file)" for n in plan["adopt"]]
+    lines += [f"- prune {n}" for n in plan["prune"]]
+    for line in lines:
+        say(line)
+    summary = (f"{plan['file']}: {verb} create {len(plan['create'])}, update {len(plan['update']) + len(plan['adopt'])}, "
+               f"prune {len(plan['prune'])}, unchanged {len(plan['unchanged'])}")
+    say(summary)
+
+
+def audit_rows(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        extras = {k: v for k, v in row.items() if k not in ("ts", "event", "job", "run_id")}
+        detail = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in sorted(extras.items()))
+        parts = [row.get("ts", "?"), row.get("event", "?")]
+        if row.get("job"):
+            parts.append(f"job={row['job']}")
+        if row.get("run_id"):
+            parts.append(f"run={row['run_id']}")
+        say(" ".join(str(p) for p in parts) + (f" {detail}" if detail else ""))

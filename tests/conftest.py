@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every cronctl path of the test lives under tmp_path."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("CRONCTL_HOME", str(path))
+    monkeypatch.setenv("NO_COLOR", "1")
+    return path
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self):  # type: ignore[no-untyped-def]
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(home: Path, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """Run cronctl in-process through its real entry point (error mapping included)."""
+    from cronctl.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def cronctl_bin() -> list[str]:
+    """The installed console script next to this interpreter, else `python -m cronctl`."""
+    candidate = Path(sys.executable).with_name("cronctl")
+    if candidate.exists():
+        return [str(candidate)]
+    return [sys.executable, "-m", "cronctl"]
+
+
+def subprocess_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CRONCTL_HOME"] = str(home)
+    env["NO_COLOR"] = "1"
+    return env
