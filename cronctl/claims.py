@@ -300,6 +300,9 @@ def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outc
         "duration_s": record["duration"], "attempt": claim["attempt"], "late": claim.get("late") or None,
         "fault": record["fault"],
     }))
+    if outcome.status is RunStatus.KILLED:
+        result.events.insert(0, Event(AuditEvent.RUN_KILLED, {
+            "job": job, "run_id": run_id, "slot": claim["slot"], "reason": outcome.reason}))
     retrying = _schedule_retry(spec, state, claim, outcome, now, result)
     if outcome.status in FAILED_FOR_RETRY and not retrying:
         result.run_on_failure = spec.on_failure is not None

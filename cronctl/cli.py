@@ -368,6 +368,148 @@ def _since(text: str, ctx: Any) -> Any:
         return ops.parse_instant(text)
 
 
+@app.command()
+def run(
+    file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Apply this YAML file at start "
+                                                 "and whenever it changes.")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Fire what is due now, wait for it, exit.")] = False,
+    standby: Annotated[bool, typer.Option("--standby", help="Wait beside a running loop and take over "
+                                          "when it dies or wedges.")] = False,
+    max_parallel: Annotated[Optional[int], typer.Option("--max-parallel", min=1,
+                                                        help="At most N runs at once.")] = None,
+    takeover_after: Annotated[str, typer.Option("--takeover-after", help="With --standby: a leader whose "
+                                                "heartbeat is this stale is killed and replaced.")] = "60s",
+    lease: Annotated[str, typer.Option("--lease", help="Claim lease, renewed while a run is supervised.")] = "60s",
+) -> None:
+    """The foreground loop: fires due jobs until SIGTERM/SIGINT.
+
+    Example: cronctl run -f jobs.yaml --max-parallel 50
+    """
+    from cronctl.durations import parse_duration
+    from cronctl.scheduler import LoopOptions, Scheduler
+
+    options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
+                          max_parallel=max_parallel, takeover_after=parse_duration(takeover_after, field="--takeover-after"),
+                          lease=parse_duration(lease, field="--lease"))
+    raise typer.Exit(Scheduler(_ctx(), options).run())
+
+
+@app.command()
+def status(
+    stale: Annotated[bool, typer.Option("--stale", help="Only what is stale; exit 3 if anything is.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """The loop and every job, with the reason in plain words.
+
+    Example: cronctl status --stale || alert "cron is stale"
+    """
+    from cronctl import render, runops
+
+    ctx = _ctx()
+    report = runops.status(ctx)
+    data = _status_json(report, ctx, only_stale=stale)
+    if json_out:
+        render.print_json(data)
+    else:
+        render.status_view(data, stale)
+    if stale and report.stale:
+        raise typer.Exit(3)
+
+
+@app.command()
+def history(
+    name: Annotated[Optional[str], typer.Argument(help="Job (default: all).")] = None,
+    count: Annotated[int, typer.Option("-n", min=0, help="Last N runs.")] = 20,
+    json_out: JsonOpt = False,
+) -> None:
+    """Past runs: slot, trigger, start, duration, status, reason.
+
+    Example: cronctl history backup -n 5
+    """
+    from cronctl import render, runops
+
+    records = runops.run_history(_ctx(), name, count)
+    if json_out:
+        render.print_json({"runs": records})
+    else:
+        render.history_table(records)
+
+
+@app.command()
+def logs(
+    name: Annotated[str, typer.Argument(help="Job.")],
+    run_id: Annotated[Optional[str], typer.Option("--run", help="Run id (default: the last run).")] = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing while the run goes on.")] = False,
+) -> None:
+    """A run's captured output.
+
+    Example: cronctl logs backup -f
+    """
+    from cronctl import runops
+
+    ctx = _ctx()
+    run_id, path = runops.log_path(ctx, name, run_id)
+    _print_log(ctx, name, run_id, path, follow)
+
+
+def _print_log(ctx: Any, job: str, run_id: str, path: Path, follow: bool) -> None:
+    import time
+
+    from cronctl import runops
+
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(65536)
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+                continue
+            if not follow or not runops.run_is_active(ctx, job, run_id):
+                rest = handle.read()
+                sys.stdout.buffer.write(rest)
+                return
+            time.sleep(0.2)
+
+
+@app.command("force-run")
+def force_run(
+    name: Annotated[str, typer.Argument(help="Job to fire now.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait and exit with the run's status "
+                                       "(0, the job's exit code, 124 on timeout).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fire a job now, once, outside its schedule (next_run_at is not moved).
+
+    Example: cronctl force-run backup --wait
+    """
+    from cronctl import render, runops
+
+    result = runops.force_run(_ctx(), name, wait)
+    record = result.record
+    if json_out:
+        render.print_json({"run_id": result.run_id, "via_loop": result.via_loop, "run": record})
+    elif record is None:
+        render.say(f"started {name} run {result.run_id} through the running loop; "
+                   f"'cronctl logs {name} -f' follows it")
+    else:
+        render.say(f"{name} run {result.run_id}: {record['status']}"
+                   + (f" ({record['reason']})" if record.get("reason") else ""))
+    if wait or not result.via_loop:
+        raise typer.Exit(runops.exit_code_of(record) if wait else 0)
+
+
+@app.command()
+def kill(name: Annotated[str, typer.Argument(help="Job whose runs to end.")]) -> None:
+    """End a running job (its whole process group, SIGTERM then SIGKILL); recorded `killed`.
+
+    Example: cronctl kill backup
+    """
+    from cronctl import render, runops
+
+    killed = runops.kill_job(_ctx(), name)
+    render.say(f"killed {name}: {', '.join(killed)}" if killed else f"{name}: nothing was left to kill")
+
+
 # --- shared view helpers ---------------------------------------------------------
 
 
@@ -385,6 +527,25 @@ def _job_json(view: Any, ctx: Any) -> dict[str, Any]:
     data["next_fire_at"] = to_iso(fire_at(view.spec, next_slot)) if next_slot and not view.paused else None
     data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
     return data
+
+
+def _status_json(report: Any, ctx: Any, only_stale: bool) -> dict[str, Any]:
+    jobs = report.stale_jobs if only_stale else report.jobs
+    return {
+        "loop": report.loop.to_dict(),
+        "loop_stale": report.loop.stale and bool(report.jobs),
+        "stale": report.stale,
+        "counters": report.counters,
+        "jobs": [
+            {
+                "name": j.view.spec.name, "state": j.health.state, "reason": j.health.reason,
+                "fault": j.health.fault, "schedule": j.view.spec.schedule_text,
+                "next_run_at": j.view.state.get("next_run_at"), "last_run_at": j.view.state.get("last_run_at"),
+                "last_status": j.view.state.get("last_status"), "running": sorted(j.view.claims),
+            }
+            for j in jobs
+        ],
+    }
 
 
 def _job_row(view: Any, ctx: Any) -> dict[str, Any]:

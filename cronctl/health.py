@@ -49,8 +49,9 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
     if state.get("completed"):
         return JobHealth("completed", _completed_reason(view), None)
     if view.paused:
-        by = f"its file {view.spec.source}" if view.spec.paused and view.spec.source else "an operator"
-        return JobHealth("paused", f"paused by {by}; 'cronctl resume {view.spec.name}' re-arms it", None)
+        if view.spec.paused and view.spec.source and not view.state.get("paused"):
+            return JobHealth("paused", f"paused by its file {view.spec.source} (set paused: false there)", None)
+        return JobHealth("paused", f"paused by an operator; 'cronctl resume {view.spec.name}' re-arms it", None)
     if persisted_error_wedge(view, now):
         return JobHealth(
             "wedged",
@@ -98,6 +99,8 @@ def persisted_error_wedge(view: JobView, now: datetime) -> bool:
         return False
     if state.get("last_status") not in FAILED or state.get("retry"):
         return False
+    if state.get("rearmed_for") is not None and state.get("rearmed_for") == state.get("last_run_at"):
+        return False  # already re-armed once for this failure
     last_run, next_run = from_iso(state.get("last_run_at")), view.next_run_at
     if last_run is None or next_run is None or next_run <= now:
         return False

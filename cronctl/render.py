@@ -118,3 +118,46 @@ def audit_rows(rows: list[dict[str, Any]]) -> None:
         if row.get("run_id"):
             parts.append(f"run={row['run_id']}")
         say(" ".join(str(p) for p in parts) + (f" {detail}" if detail else ""))
+
+
+def status_view(data: dict[str, Any], only_stale: bool) -> None:
+    loop = data["loop"]
+    age = loop.get("heartbeat_age")
+    beat = f", heartbeat {age:.1f}s ago" if age is not None else ""
+    pid = f" pid {loop['pid']}" if loop.get("pid") else ""
+    standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
+    if not only_stale or data["loop_stale"]:
+        say(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}")
+    if not data["jobs"]:
+        if only_stale and not data["stale"]:
+            say("nothing is stale")
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"):
+        table.add_column(column, overflow="fold")
+    for job in data["jobs"]:
+        table.add_row(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-",
+                      job["fault"] or "-", job["reason"])
+    _console().print(table)
+
+
+def history_table(records: list[dict[str, Any]]) -> None:
+    if not records:
+        say("no runs recorded yet")
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        duration = f"{r['duration']:.2f}s" if r.get("duration") is not None else "-"
+        reason = r.get("reason") or ""
+        if r.get("late"):
+            reason = (reason + ", " if reason else "") + "late (scheduler_missed)"
+        table.add_row(r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
+                      r.get("started_at") or "-", duration, r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""),
+                      reason)
+    _console().print(table)

@@ -1,0 +1,232 @@
+"""Use cases about runs: status, history, logs, force-run, kill. Never print."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from cronctl import claims as claims_mod
+from cronctl import control, history, procs
+from cronctl.claims import Outcome, Owner
+from cronctl.context import Context
+from cronctl.errors import ConflictError, CronctlError, JobNotFoundError
+from cronctl.health import JobHealth, job_health
+from cronctl.jobs import JobView, get_entry
+from cronctl.liveness import lease_checker, owner_alive
+from cronctl.loopstate import LoopStatus, loop_alive, loop_status
+from cronctl.models import AuditEvent, RunStatus
+
+# --- status -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    view: JobView
+    health: JobHealth
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    loop: LoopStatus
+    jobs: list[JobStatus]
+    counters: dict[str, int]
+
+    @property
+    def stale_jobs(self) -> list[JobStatus]:
+        return [j for j in self.jobs if j.health.stale]
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.stale_jobs) or (self.loop.stale and bool(self.jobs))
+
+
+def status(ctx: Context) -> StatusReport:
+    now = ctx.clock.now()
+    doc = ctx.store.read()
+    expired = lease_checker()
+    jobs = []
+    for name in sorted(doc["jobs"]):
+        view = JobView.from_entry(doc["jobs"][name])
+        jobs.append(JobStatus(view, job_health(view, now, owner_alive, expired)))
+    return StatusReport(loop_status(ctx.paths, now), jobs, dict(doc.get("counters") or {}))
+
+
+# --- history and logs ---------------------------------------------------------------
+
+
+def run_history(ctx: Context, job: str | None, count: int) -> list[dict[str, Any]]:
+    if job is not None and job not in ctx.store.read()["jobs"] and not ctx.paths.history(job).exists():
+        raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
+    records = history.read_records(ctx.paths, job)
+    return records[-count:] if count > 0 else []
+
+
+def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
+    """(run_id, path) of the asked run, else of the newest run (running or finished)."""
+    if run_id is None:
+        run_id = _newest_run_id(ctx, job)
+    path = ctx.paths.run_log(job, run_id)
+    if not path.exists():
+        raise CronctlError(f"no log for run {run_id} of job '{job}' (logs of the last {history.LOGS_KEPT} runs are kept)")
+    return run_id, path
+
+
+def _newest_run_id(ctx: Context, job: str) -> str:
+    doc = ctx.store.read()
+    entry = doc["jobs"].get(job)
+    running = sorted((entry or {}).get("state", {}).get("claims") or {})
+    if running:
+        return running[-1]
+    records = history.read_records(ctx.paths, job)
+    if records:
+        return str(records[-1]["run_id"])
+    if entry is None:
+        raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
+    raise CronctlError(f"job '{job}' has not run yet")
+
+
+def run_is_active(ctx: Context, job: str, run_id: str) -> bool:
+    entry = ctx.store.read()["jobs"].get(job)
+    return bool(entry) and run_id in (entry["state"].get("claims") or {})
+
+
+# --- force-run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForceResult:
+    run_id: str
+    via_loop: bool
+    record: dict[str, Any] | None  # None when not waited for
+
+
+def force_run(ctx: Context, name: str, wait: bool, timeout: float | None = None) -> ForceResult:
+    get_entry(ctx.store.read(), name)
+    ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, pid=os.getpid())
+    live = loop_alive(ctx.paths, ctx.clock.now())
+    if live is not None:
+        run_id = _force_through_loop(ctx, name, live)
+        record = wait_for_record(ctx, name, run_id, timeout) if wait else None
+        return ForceResult(run_id, True, record)
+    return _force_here(ctx, name)
+
+
+def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
+    request_id = control.send_request(ctx.paths, "force_run", live.pid, job=name)
+    answer = control.wait_reply(ctx.paths, request_id, 15.0,
+                                alive=lambda: loop_alive(ctx.paths, ctx.clock.now()) is not None)
+    if answer is None:
+        raise CronctlError(f"the running loop (pid {live.pid}) did not answer; check 'cronctl status'")
+    if not answer.get("ok"):
+        raise ConflictError(str(answer.get("error")))
+    return str(answer["run_id"])
+
+
+def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) -> dict[str, Any]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while deadline is None or time.monotonic() < deadline:
+        record = history.find_record(ctx.paths, job, run_id) if not run_is_active(ctx, job, run_id) else None
+        if record is not None:
+            return record
+        time.sleep(0.1)
+    raise CronctlError(f"run {run_id} of '{job}' has not finished yet; follow it with 'cronctl logs {job} -f'")
+
+
+def _force_here(ctx: Context, name: str) -> ForceResult:
+    """No loop runs: this process claims, supervises and records the run itself."""
+    from cronctl.engine import Engine
+    from cronctl.runner import Supervisor
+
+    done = threading.Event()
+    records: list[dict[str, Any]] = []
+    engine_box: list[Engine] = []
+    supervisor = Supervisor(on_result=lambda r: engine_box[0].on_result(r))
+    me = procs.identify(os.getpid())
+    owner = Owner(f"cli-{uuid.uuid4().hex[:8]}", os.getpid(), me.start_time if me else 0.0, procs.boot_id())
+    engine = Engine(ctx, supervisor, owner)
+    engine_box.append(engine)
+    engine.finished_listeners.append(lambda record: (records.append(record), done.set()))
+    supervisor.start()
+    try:
+        batch = engine.force(name)
+        if not batch.claims:
+            raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
+        run_id = batch.claims[0].run_id
+        while not done.is_set() and (engine.active or not records):
+            engine.wake.wait(1.0)
+            engine.wake.clear()
+            engine.record_results()
+            engine.renew_if_due()
+            if not engine.active and not records:
+                break
+        engine.record_results()
+    finally:
+        supervisor.shutdown("shutdown", wait=30)
+        engine.record_results()
+    record = records[0] if records else history.find_record(ctx.paths, name, run_id)
+    return ForceResult(run_id, False, record)
+
+
+def exit_code_of(record: dict[str, Any] | None) -> int:
+    """--wait: 0 on success, the job's own exit code on error, 124 on timeout."""
+    if record is None:
+        return 1
+    status = record.get("status")
+    if status == RunStatus.SUCCESS.value:
+        return 0
+    if status == RunStatus.TIMEOUT.value:
+        return 124
+    if status == RunStatus.ERROR.value and record.get("exit_code") is not None:
+        return int(record["exit_code"]) or 1
+    if record.get("signal"):
+        return 128 + int(record["signal"])
+    return 1
+
+
+# --- kill -------------------------------------------------------------------------------
+
+
+def kill_job(ctx: Context, name: str) -> list[str]:
+    """End every run of a job; recorded `killed` by its loop, or here when no loop supervises it."""
+    doc = ctx.store.read()
+    view = JobView.from_entry(get_entry(doc, name))
+    if not view.claims:
+        raise ConflictError(f"job '{name}' is not running")
+    live = loop_alive(ctx.paths, ctx.clock.now())
+    loop_runs = {r for r, c in view.claims.items() if live and (c.get("owner") or {}).get("pid") == live.pid}
+    killed: list[str] = []
+    if loop_runs and live is not None:
+        request_id = control.send_request(ctx.paths, "kill", live.pid, job=name)
+        answer = control.wait_reply(ctx.paths, request_id, 15.0,
+                                    alive=lambda: loop_alive(ctx.paths, ctx.clock.now()) is not None)
+        if answer and answer.get("ok"):
+            killed.extend(answer.get("run_ids") or [])
+            for run_id in killed:
+                wait_for_record(ctx, name, run_id, timeout=60.0)
+    for run_id, claim in view.claims.items():
+        if run_id not in killed:
+            if _kill_here(ctx, name, run_id, claim):
+                killed.append(run_id)
+    return killed
+
+
+def _kill_here(ctx: Context, job: str, run_id: str, claim: dict[str, Any]) -> bool:
+    from cronctl.scheduler import kill_run_processes
+
+    ended = kill_run_processes(run_id, claim.get("child"), float(claim.get("kill_grace") or 10.0))
+    outcome = Outcome(RunStatus.KILLED, "operator", fault=None)
+    with ctx.store.transaction() as doc:
+        current = (doc["jobs"].get(job, {}).get("state", {}).get("claims") or {}).get(run_id)
+        if current is None:
+            return False
+        done = claims_mod.finish(doc, job, run_id, None, outcome, ctx.clock.now())
+    done.events[0].details["processes_killed"] = ended
+    for event in done.events:
+        ctx.audit.append(event.name, **event.details)
+    if done.record:
+        history.append_record(ctx.paths, done.record)
+    return True
