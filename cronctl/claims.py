@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronctl.jobs import JobView
-from cronctl.models import AuditEvent, JobSpec, Overlap, RunStatus
+from cronctl.models import AuditEvent, Catchup, JobSpec, Overlap, RunStatus
 from cronctl.planning import cadence, collect_due, fire_at, starting_deadline
 from cronctl.schedule import retry_delay
 from cronctl.timefmt import from_iso, to_iso
@@ -109,11 +109,13 @@ def claim_due(
     """Claim every due job in this one document write (SPEC §5.1)."""
     batch = ClaimBatch()
     now_iso = to_iso(now) or ""
-    for name in sorted(doc["jobs"]):
+    # Longest due first: under --max-parallel the jobs deferred on one tick come
+    # first on the next, instead of the same names winning every time.
+    due = sorted((key, name) for name, entry in doc["jobs"].items()
+                 if (key := _due_since(entry["state"], now_iso)) is not None)
+    for _, name in due:
         entry = doc["jobs"][name]
         state = entry["state"]
-        if not _maybe_due(state, now_iso):
-            continue
         view = JobView.from_entry(entry)
         if view.paused or state.get("completed"):
             continue
@@ -124,13 +126,23 @@ def claim_due(
     return batch
 
 
-def _maybe_due(state: dict[str, Any], now_iso: str) -> bool:
-    """A cheap string test: UTC ISO stamps of one format sort like the instants they name."""
-    retry = state.get("retry")
-    if retry and retry.get("due_at") and retry["due_at"] <= now_iso:
-        return True
-    next_run = state.get("next_run_at")
-    return bool(next_run) and next_run <= now_iso
+def _due_since(state: dict[str, Any], now_iso: str) -> str | None:
+    """The earliest due stamp (retry or slot) at or before now, else None.
+
+    A cheap string test: UTC ISO stamps of one format sort like the instants they name.
+    """
+    stamps = [stamp for stamp in ((state.get("retry") or {}).get("due_at"), state.get("next_run_at"))
+              if stamp and stamp <= now_iso]
+    return min(stamps) if stamps else None
+
+
+def repeat_spent(spec: JobSpec, state: dict[str, Any]) -> bool:
+    """Whether a finite repeat has no slot left to give: started runs plus claims about to start."""
+    if spec.repeat is None:
+        return False
+    pending = sum(1 for claim in (state.get("claims") or {}).values()
+                  if claim.get("trigger") != "force" and not claim.get("dispatched"))
+    return int(state.get("runs_started") or 0) + pending >= spec.repeat
 
 
 def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner, lease: Lease,
@@ -144,7 +156,9 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
         _fire_or_skip(view, state, slot, "retry", int(retry["attempt"]), False, now, owner, lease, batch)
         return
     next_run = view.next_run_at
-    if next_run is None:
+    if next_run is None or repeat_spent(spec, state):
+        # A spent budget leaves next_run_at as it is: if the last run's claim is
+        # released without a start, the job catches up from there.
         return
     due = collect_due(spec, next_run, now)
     if due is None:
@@ -152,17 +166,19 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
     state["next_run_at"] = to_iso(due.next_slot)
     overdue = (now - fire_at(spec, due.latest)).total_seconds()
     late = overdue > starting_deadline(spec, due.latest)
+    if late and spec.catchup is Catchup.SKIP:
+        # One row for the whole misfire, counting every slot that did not fire.
+        batch.events.append(Event(AuditEvent.RUN_MISSED, {
+            "job": spec.name, "slot": to_iso(due.latest), "count": due.missed + 1,
+            "first_missed": to_iso(next_run), "reason": "starting_deadline",
+            "overdue_s": round(overdue, 3), "catchup": spec.catchup.value,
+        }))
+        return
     if due.missed:
         batch.events.append(Event(AuditEvent.RUN_MISSED, {
             "job": spec.name, "slot": to_iso(due.latest), "count": due.missed,
             "first_missed": to_iso(next_run), "reason": "coalesced", "catchup": spec.catchup.value,
         }))
-    if late and spec.catchup.value == "skip":
-        batch.events.append(Event(AuditEvent.RUN_MISSED, {
-            "job": spec.name, "slot": to_iso(due.latest), "count": 1, "reason": "starting_deadline",
-            "overdue_s": round(overdue, 3), "catchup": "skip",
-        }))
-        return
     _fire_or_skip(view, state, due.latest, "schedule", 1, late, now, owner, lease, batch)
 
 

@@ -320,10 +320,18 @@ def resume(
 
     if bool(name) == all_jobs:
         raise UsageError("give a job name or --all")
-    results = ops.resume_jobs(_ctx(), None if all_jobs else [name or ""])
+    from cronctl.cli_health import release_stuck_runs
+
+    ctx = _ctx()
+    names = None if all_jobs else [name or ""]
+    ops.require_jobs(ctx, names)
+    released = release_stuck_runs(ctx, names)
+    results = ops.resume_jobs(ctx, names)
     if json_out:
-        render.print_json({"jobs": [r.__dict__ for r in results]})
+        render.print_json({"jobs": [r.__dict__ for r in results], "released_runs": released})
         return
+    for run_id in released:
+        render.say(f"released run {run_id}: its owner was dead or hung; its processes were killed")
     for result in results:
         cleared = f" (cleared {', '.join(result.cleared)})" if result.cleared else ""
         render.say(f"resumed {result.name}{cleared}; next fire {result.next_run_at}")
@@ -626,3 +634,7 @@ def _internal_error(exc: BaseException) -> None:
     print(f"cronctl: internal error: {type(exc).__name__}: {exc} "
           "(set CRONCTL_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
     sys.exit(1)
+
+
+# Commands that live in their own modules register themselves on `app`.
+from cronctl import cli_health  # noqa: E402,F401

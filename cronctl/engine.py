@@ -8,7 +8,9 @@ write of the loop happens on the tick thread.
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -26,6 +28,8 @@ from cronctl.runner import BlockedConfig, RunRequest, RunResult, SpawnError, Sup
 from cronctl.timefmt import from_iso, to_iso
 
 LOG_CAP = 1_000_000
+# Test seam: CRONCTL_FAULT_LOOP_CRASH=after_claim SIGKILLs the loop right after a claim is written.
+CRASH_ENV = "CRONCTL_FAULT_LOOP_CRASH"
 ON_FAILURE_TIMEOUT = 300.0
 
 
@@ -80,6 +84,9 @@ class Engine:
         self._signature: Any = None
         self._next_due: datetime | None = None
         self._last_renew = ctx.clock.monotonic()
+        # Due jobs left unclaimed for want of --max-parallel room: only a run's end
+        # makes room, and it wakes the tick, so sleeping until then is no delay.
+        self._saturated = False
 
     # --- wiring ----------------------------------------------------------------
 
@@ -110,10 +117,16 @@ class Engine:
         capacity = None
         if self.options.max_parallel is not None:
             capacity = max(0, self.options.max_parallel - len(self.active))
+        if capacity == 0:
+            self._saturated = True
+            return 0
         with self.ctx.store.transaction() as doc:
             batch = claims_mod.claim_due(doc, now, self.owner, self.lease(), capacity)
+        self._saturated = batch.deferred > 0
         self._signature = None  # our own write changed the store: recompute the next due instant
         self._write_events(batch.events)
+        if batch.claims and os.environ.get(CRASH_ENV) == "after_claim":
+            os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         self.dispatch(batch)
         return len(batch.claims)
 
@@ -135,7 +148,7 @@ class Engine:
 
     def sleep_hint(self) -> float:
         now = self.ctx.clock.now()
-        if self._next_due is None:
+        if self._next_due is None or self._saturated:
             return 1.0
         return max(0.0, min(1.0, (self._next_due - now).total_seconds()))
 
@@ -188,6 +201,13 @@ class Engine:
                 "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
                 "errno": exc.errno, "error": str(exc)})))
             return
+        except Exception as exc:
+            # Anything else that stops one spawn must not leak this claim, nor
+            # leave the rest of the batch claimed and gated forever.
+            refused.append((new, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
+                "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
+                "errno": getattr(exc, "errno", None), "error": f"{type(exc).__name__}: {exc}"})))
+            return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
                                             str(log_path))
         spawned.append(Dispatched(new.job, new.run_id, child.pid, child.start_time, self.ctx.clock.monotonic()))
@@ -229,15 +249,22 @@ class Engine:
             return 0
         now = self.ctx.clock.now()
         done_list = []
-        with self.ctx.store.transaction() as doc:
+        try:
+            with self.ctx.store.transaction() as doc:
+                for result in results:
+                    run = self.active.get(result.run_id)
+                    job = run.job if run else _job_of(doc, result.run_id)
+                    done = claims_mod.finish(doc, job or "?", result.run_id, self.owner, outcome_of(result), now)
+                    if not done.fenced:
+                        state = doc["jobs"][job]["state"]
+                        state.pop("blocked", None)
+                    done_list.append((run, done))
+        except BaseException:
+            # Nothing was written: keep the results for the next tick. Dropped,
+            # their runs would stay "running" (and renewed) forever.
             for result in results:
-                run = self.active.get(result.run_id)
-                job = run.job if run else _job_of(doc, result.run_id)
-                done = claims_mod.finish(doc, job or "?", result.run_id, self.owner, outcome_of(result), now)
-                if not done.fenced:
-                    state = doc["jobs"][job]["state"]
-                    state.pop("blocked", None)
-                done_list.append((run, done))
+                self._pending.results.put(result)
+            raise
         for result in results:
             self.active.pop(result.run_id, None)
         for run, done in done_list:
@@ -329,7 +356,8 @@ def earliest_fire(doc: dict[str, Any]) -> datetime | None:
         retry = state.get("retry")
         if retry and retry.get("due_at"):
             candidates.append(from_iso(retry["due_at"]))
-        if state.get("next_run_at"):
+        if state.get("next_run_at") and not (entry.get("repeat") is not None
+                                             and claims_mod.repeat_spent(JobView.from_entry(entry).spec, state)):
             slot = from_iso(state["next_run_at"])
             jitter = entry.get("jitter")
             if jitter and jitter != "0s":

@@ -93,7 +93,7 @@ def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: 
         if current is None or current.get("owner") != claim.get("owner"):
             return False  # it ended for real, or was reclaimed by someone else meanwhile
         done = claims_mod.finish(doc, job, run_id, None, outcome, now)
-        bump(doc, reason)
+        bump(doc, "operator_release" if reason == "operator" else reason)
     _write(ctx, [Event(AuditEvent.CLAIM_RECLAIMED, {
         "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
         "run_reason": outcome.reason, "processes_killed": ended, "owner_pid": (claim.get("owner") or {}).get("pid"),
@@ -165,3 +165,40 @@ def _rearm_target(view: JobView, now: datetime) -> datetime | None:
 def _write(ctx: Context, events: list[Event]) -> None:
     for event in events:
         ctx.audit.append(event.name, **event.details)
+
+
+def owner_unresponsive(claim: dict[str, Any], live: Liveness, loop_wedged_pid: int | None) -> bool:
+    """Dead, lease run out, stopped by a signal, or the wedged loop itself: not worth waiting for."""
+    owner = claim.get("owner") or {}
+    if claim_problem(claim, live.owner_alive, live.lease_expired) is not None:
+        return True
+    if loop_wedged_pid is not None and owner.get("pid") == loop_wedged_pid:
+        return True
+    return _process_stopped(owner.get("pid"))
+
+
+def _process_stopped(pid: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(pid) and psutil.Process(int(pid)).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def release_stuck_claims(ctx: Context, job: str, live: Liveness, kill: Killer,
+                         loop_wedged_pid: int | None) -> list[str]:
+    """`cronctl resume JOB`: kill the processes of runs held by a hung or dead owner, release the claims.
+
+    A run whose owner is healthy is left alone: resume never interrupts real work.
+    """
+    entry = ctx.store.read()["jobs"].get(job)
+    if entry is None:
+        return []
+    view = JobView.from_entry(entry)
+    released = []
+    for run_id, claim in view.claims.items():
+        if owner_unresponsive(claim, live, loop_wedged_pid):
+            if reclaim(ctx, job, run_id, claim, "operator", ctx.clock.now(), kill):
+                released.append(run_id)
+    return released

@@ -334,9 +334,11 @@ def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult
     return ResumeResult(name, state["next_run_at"], sorted(set(cleared)), still)
 
 
-def require_job(ctx: Context, name: str) -> None:
-    if name not in ctx.store.read()["jobs"]:
-        raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+def require_jobs(ctx: Context, names: list[str] | None) -> None:
+    jobs = ctx.store.read()["jobs"]
+    for name in names or []:
+        if name not in jobs:
+            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
 
 
 def parse_instant(text: str) -> datetime:

@@ -14,10 +14,12 @@ from cronctl.models import command_text
 def _console(stderr: bool = False):  # type: ignore[no-untyped-def]
     from rich.console import Console
 
-    # Piped output and NO_COLOR get plain text with no escape codes.
+    # Piped output and NO_COLOR get plain text with no escape codes. Job names,
+    # commands and reasons are operator text: never read them as rich markup
+    # ("[/x]" would raise) or emoji codes (":smile:" would be replaced).
     no_color = bool(os.environ.get("NO_COLOR"))
     return Console(stderr=stderr, no_color=no_color, highlight=False, soft_wrap=False,
-                   width=None if sys.stdout.isatty() else 200)
+                   markup=False, emoji=False, width=None if sys.stdout.isatty() else 200)
 
 
 def print_json(data: Any) -> None:
@@ -25,7 +27,9 @@ def print_json(data: Any) -> None:
 
 
 def say(message: str) -> None:
-    _console().print(message, markup=False)
+    # Plain print, not rich: a long line (a path, a list of names) must reach a
+    # pipe whole, never hard-wrapped at the console width.
+    print(message)
 
 
 def warn(message: str) -> None:

@@ -304,7 +304,7 @@ class Scheduler:
         if request.get("action") == "kill":
             mine = [r for r, a in self.engine.active.items() if a.job == job]
             for run_id in mine:
-                self.supervisor.kill(run_id, "killed")
+                self.supervisor.kill(run_id, "operator")
             return {"ok": True, "run_ids": mine}
         return {"ok": False, "error": f"unknown request {request.get('action')!r}"}
 
@@ -319,7 +319,8 @@ class Scheduler:
             self._write_standby_beat(holder, waited)
             if self.lock.try_acquire():
                 hb = read_json(self.ctx.paths.heartbeat) or {}
-                self.takeover_reason = "leader_stopped" if hb.get("stopped_cleanly") else "leader_dead"
+                if self.takeover_reason is None:  # not set by killing a wedged leader
+                    self.takeover_reason = "leader_stopped" if hb.get("stopped_cleanly") else "leader_dead"
                 self._takeover_wait = time.monotonic() - waited
                 return True
             if self._leader_wedged():
@@ -348,11 +349,9 @@ class Scheduler:
         if not ident.pid or lock_holder(self.ctx.paths) != ident.pid or not procs.is_alive(ident):
             return
         _sigkill_verified(ident)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and procs.is_alive(ident):
-            time.sleep(0.02)
-        if self.lock.try_acquire():
-            self.takeover_reason = "leader_wedged"
+        self.takeover_reason = "leader_wedged"
+        self.ctx.audit.append("scheduler.leader_killed", pid=os.getpid(), leader_pid=ident.pid,
+                              reason="leader_wedged", takeover_after_s=self.options.takeover_after)
 
     def _record_takeover(self, previous: dict[str, Any] | None) -> None:
         with self.ctx.store.transaction() as doc:

@@ -277,6 +277,30 @@ class Store:
             self._local.rev = rev + 1
             write.flush_directory()
 
+    def restore_backup(self) -> Path | None:
+        """Put the last good copy back in place (doctor --repair).
+
+        The unreadable store is kept aside as jobs.json.corrupt-<time> (returned), never
+        deleted: it may hold the only record of something an operator needs.
+        """
+        with self._exclusive():
+            try:
+                backup = self._paths.store_backup.read_bytes()
+            except FileNotFoundError:
+                raise StoreError(f"there is no backup {self._paths.store_backup} to restore") from None
+            try:
+                migrate(json.loads(backup.decode("utf-8")), self._paths.store_backup)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise StoreCorruptError(f"the backup {self._paths.store_backup} does not parse either: {exc}") from exc
+            kept = None
+            if self._paths.store.exists():
+                kept = self._paths.store.with_name(f"{self._paths.store.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+                os.link(self._paths.store, kept)
+            write = _AtomicWrite(self._paths, self._fault)
+            write.replace(backup, keep_backup=False)
+            write.flush_directory()
+            return kept
+
     def _refuse_malformed(self, doc: Document) -> None:
         # A caller's bug must not leave behind a store that the next read refuses.
         problem = _shape_problem(doc) if doc.get("version") == CURRENT_VERSION else '"version" was changed'
@@ -382,14 +406,15 @@ class _AtomicWrite:
         self._fault = fault
         self._step = ""
 
-    def replace(self, data: bytes) -> None:
+    def replace(self, data: bytes, keep_backup: bool = True) -> None:
         """Put data in place of the store, or leave the store as it was and raise."""
         store = self._paths.store
         temp = _temp_name(store)
         try:
             self._write_temp(temp, data)
             self._reach("backup")
-            self._keep_backup()
+            if keep_backup:
+                self._keep_backup()
             self._reach("rename")
             os.replace(temp, store)
         except BaseException as exc:

@@ -1,0 +1,243 @@
+"""Process identity and killing, with real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cronctl import procs
+from cronctl.procs import ProcIdentity
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def run_id() -> Iterator[str]:
+    """A fresh run id; whatever still carries it at the end is killed."""
+    rid = uuid.uuid4().hex
+    yield rid
+    for proc in procs.find_run_processes(rid):
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def run_env(run_id: str) -> dict[str, str]:
+    return {**os.environ, "CRONCTL_RUN_ID": run_id}
+
+
+def start(args: list[str], run_id: str | None = None, **kwargs: object) -> subprocess.Popen[bytes]:
+    env = run_env(run_id) if run_id else dict(os.environ)
+    return subprocess.Popen(args, env=env, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+
+
+def wait_until(predicate: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return bool(predicate())  # type: ignore[operator]
+
+
+def live_group_members(pgid: int) -> list[int]:
+    # Orphans killed here are reaped by init, which may take its time; a
+    # zombie left in the group has finished running all the same.
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members
+
+
+def pids(processes: list[psutil.Process]) -> set[int]:
+    return {p.pid for p in processes}
+
+
+# --- identity --------------------------------------------------------------------
+
+
+def test_identify_gives_the_pid_and_start_time_of_a_live_process() -> None:
+    sleeper = start(["sleep", "30"])
+    try:
+        ident = procs.identify(sleeper.pid)
+        assert ident == ProcIdentity(sleeper.pid, psutil.Process(sleeper.pid).create_time())
+        assert procs.is_alive(ident)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_identify_of_a_missing_pid_is_none() -> None:
+    assert procs.identify(2**22 + 7) is None
+
+
+def test_a_reused_pid_is_not_alive() -> None:
+    sleeper = start(["sleep", "30"])
+    try:
+        real = procs.identify(sleeper.pid)
+        assert real is not None
+        # The same pid with another start time is what a reused pid looks like.
+        assert not procs.is_alive(ProcIdentity(sleeper.pid, real.start_time - 10))
+        assert not procs.is_alive(ProcIdentity(sleeper.pid, real.start_time + 0.5))
+        assert procs.is_alive(ProcIdentity(sleeper.pid, real.start_time + 0.01))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_zombie_and_a_reaped_process_are_not_alive() -> None:
+    child = start(["true"])
+    ident = procs.identify(child.pid)
+    assert ident is not None
+    assert wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 5)
+    assert not procs.is_alive(ident)
+    child.wait()
+    assert not procs.is_alive(ident)
+
+
+def test_boot_id_is_the_kernels_uuid() -> None:
+    assert uuid.UUID(procs.boot_id())
+    assert procs.boot_id() == procs.boot_id()
+
+
+# --- finding the processes of a run ------------------------------------------------
+
+
+def test_a_setsid_escapee_is_found_by_its_environment(run_id: str) -> None:
+    shell = start(["sh", "-c", "setsid sleep 30 & echo $!"], run_id, stdout=subprocess.PIPE)
+    root = procs.identify(shell.pid)
+    assert shell.stdout is not None
+    escapee = int(shell.stdout.readline())
+    shell.wait()
+    # It left the run's session (setsid(1) may take a moment to get there).
+    assert wait_until(lambda: os.getsid(escapee) == escapee, 5)
+    assert escapee in pids(procs.find_run_processes(run_id))
+    assert escapee in pids(procs.find_run_processes(run_id, root))
+
+
+def test_the_root_and_its_descendants_are_found_even_without_the_variable(run_id: str) -> None:
+    shell = start(["sh", "-c", "env -u CRONCTL_RUN_ID sleep 30 & wait"], run_id)
+    try:
+        root = procs.identify(shell.pid)
+        assert wait_until(lambda: len(psutil.Process(shell.pid).children()) == 1, 5)
+        child = psutil.Process(shell.pid).children()[0].pid
+        assert procs.find_run_processes(run_id) == [psutil.Process(shell.pid)]
+        assert pids(procs.find_run_processes(run_id, root)) == {shell.pid, child}
+    finally:
+        procs.terminate_run(run_id, procs.identify(shell.pid), 1.0)
+        shell.wait()
+
+
+def test_session_members_are_found_after_the_root_died(run_id: str) -> None:
+    shell = start(["sh", "-c", "env -u CRONCTL_RUN_ID sleep 30 >/dev/null & echo $!"], run_id, stdout=subprocess.PIPE)
+    root = procs.identify(shell.pid)
+    assert shell.stdout is not None and root is not None
+    orphan = int(shell.stdout.readline())
+    shell.wait()
+    try:
+        # Reparented, no variable: only its session ties it to the run.
+        assert procs.find_run_processes(run_id) == []
+        assert pids(procs.find_run_processes(run_id, root)) == {orphan}
+    finally:
+        procs.terminate_run(run_id, root, 1.0)
+    assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE
+
+
+def test_processes_of_another_run_are_not_found(run_id: str) -> None:
+    other = uuid.uuid4().hex
+    sleeper = start(["sleep", "30"], other)
+    try:
+        assert wait_until(lambda: procs.find_run_processes(other) != [], 5)
+        assert procs.find_run_processes(run_id) == []
+        assert procs.find_run_processes(run_id[:-1]) == []  # no prefix matches
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# --- terminating a run ------------------------------------------------------------------
+
+
+def test_terminate_run_never_signals_a_process_that_reuses_the_root_pid(run_id: str) -> None:
+    # A session leader, so its pid is also a group and session id: the most
+    # tempting target for a careless killpg.
+    victim = start(["sleep", "30"])
+    try:
+        real = procs.identify(victim.pid)
+        assert real is not None
+        stale = ProcIdentity(victim.pid, real.start_time - 100)
+        assert procs.find_run_processes(run_id, stale) == []
+        report = procs.terminate_run(run_id, stale, 0.3)
+        assert (report.terminated, report.killed) == (0, 0)
+        time.sleep(0.1)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_terminate_run_ends_a_polite_run_with_sigterm_alone(run_id: str) -> None:
+    shell = start(["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], run_id)
+    root = procs.identify(shell.pid)
+    assert wait_until(lambda: len(procs.find_run_processes(run_id, root)) == 3, 5)
+    report = procs.terminate_run(run_id, root, 5.0)
+    assert (report.terminated, report.killed) == (3, 0)
+    assert report.elapsed < 2.0
+    assert shell.wait(timeout=5) == -15
+    assert procs.find_run_processes(run_id) == []
+
+
+def test_terminate_run_sigkills_a_group_and_escapee_that_ignore_sigterm(run_id: str) -> None:
+    shell = start(["sh", "-c", "trap '' TERM; setsid sleep 300 & sleep 300 & wait"], run_id)
+    root = procs.identify(shell.pid)
+    assert wait_until(lambda: len(procs.find_run_processes(run_id, root)) == 3, 5)
+    report = procs.terminate_run(run_id, root, 0.5)
+    assert (report.terminated, report.killed) == (0, 3)
+    # Observed: about 0.55 s for a 0.5 s grace.
+    assert 0.5 <= report.elapsed < 3.0
+    assert shell.wait(timeout=5) == -9
+    assert live_group_members(shell.pid) == []
+    assert procs.find_run_processes(run_id) == []
+
+
+def test_terminate_run_with_an_injected_sleep_still_ends(run_id: str) -> None:
+    shell = start(["sh", "-c", "trap '' TERM; sleep 300"], run_id)
+    root = procs.identify(shell.pid)
+    assert wait_until(lambda: len(procs.find_run_processes(run_id, root)) == 2, 5)
+    slept: list[float] = []
+    report = procs.terminate_run(run_id, root, 30.0, sleep=slept.append)
+    assert report.killed == 2 and sum(slept) >= 30.0
+    assert shell.wait(timeout=5) == -9
+
+
+def test_terminate_run_of_nothing_reports_nothing() -> None:
+    report = procs.terminate_run(uuid.uuid4().hex, None, 1.0)
+    assert (report.terminated, report.killed) == (0, 0)
+    assert report.elapsed < 1.0
+
+
+def test_set_child_subreaper_takes_effect() -> None:
+    # Process-wide and irreversible, so in a process of its own.
+    script = (
+        "import ctypes; from cronctl.procs import set_child_subreaper\n"
+        "ok = set_child_subreaper()\n"
+        "flag = ctypes.c_int()\n"
+        "ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0)\n"
+        "print(ok, flag.value)\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=30, cwd=repo)
+    assert out.stdout.split() == ["True", "1"], out.stderr
