@@ -16,7 +16,7 @@ from cronctl import claims as claims_mod
 from cronctl import history
 from cronctl.claims import Event, Outcome, Owner
 from cronctl.context import Context
-from cronctl.health import claim_problem, persisted_error_wedge
+from cronctl.health import FAILED, claim_problem, persisted_error_wedge
 from cronctl.jobs import JobView
 from cronctl.models import AuditEvent, RunStatus
 from cronctl.planning import first_slot
@@ -59,10 +59,12 @@ def run_deadline(claim: dict[str, Any], spec_retries: int, retry_delay: float) -
     return timeout + float(claim.get("kill_grace") or 0.0) + spec_retries * retry_delay + DEADLINE_SLACK
 
 
-def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer, me: Owner | None = None) -> HealReport:
+def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer, me: Owner | None = None,
+              doc: dict[str, Any] | None = None) -> HealReport:
+    """One sweep. `doc` is a recent read of the store (the loop passes the one it cached, so
+    an idle tick re-parses nothing); every change re-reads the claim under the lock anyway."""
     report = HealReport()
-    doc = ctx.store.read()
-    for name, entry in doc["jobs"].items():
+    for name, entry in _suspects(doc if doc is not None else ctx.store.read()):
         view = JobView.from_entry(entry)
         for run_id, claim in list(view.claims.items()):
             if me is not None and me.owns(claim):
@@ -76,6 +78,12 @@ def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer, me: Own
         if persisted_error_wedge(view, now):
             _rearm(ctx, name, now, report)
     return report
+
+
+def _suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Only jobs with a claim or a failed last run can need healing; the rest cost one dict lookup."""
+    return [(name, entry) for name, entry in doc["jobs"].items()
+            if entry["state"].get("claims") or entry["state"].get("last_status") in FAILED]
 
 
 def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: str, now: datetime,
