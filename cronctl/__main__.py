@@ -1,3 +1,3 @@
-from cronctl.cli import main
+from cronctl.entry import main
 
 main()
