@@ -1,0 +1,125 @@
+"""Generations and the watchdog, in-process: a dead tick thread is replaced, a stop aims at one generation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronctl.context import Context
+from cronctl.scheduler import LoopOptions, Scheduler
+
+
+class ThreadDeath(BaseException):
+    """Escapes the tick's `except Exception`, like a bug that kills a thread outright."""
+
+
+def wait_until(predicate: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def loop(home: Path):  # type: ignore[no-untyped-def]
+    scheduler = Scheduler(Context.open(home), LoopOptions(quiet=True))
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    wait_until(lambda: scheduler.generation is not None and scheduler.ticks >= 1, 20)
+    yield scheduler
+    scheduler.request_stop()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def events(scheduler: Scheduler, name: str) -> list[dict[str, Any]]:
+    return [row for row in scheduler.ctx.audit.rows() if row["event"] == name]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_dead_tick_thread_is_restarted_as_a_new_generation(loop: Scheduler) -> None:
+    first = loop.generation
+    assert first is not None
+    real_tick = loop._tick
+    calls = {"n": 0}
+
+    def dying_tick() -> float:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ThreadDeath()
+        return real_tick()
+
+    loop._tick = dying_tick  # type: ignore[method-assign]
+    loop.wake.set()
+    (row,) = wait_until(lambda: events(loop, "scheduler.generation_restarted"), 20)
+    assert row["previous"] == first.id and row["generation"] != first.id
+    ticks = loop.ticks
+    wait_until(lambda: loop.ticks > ticks + 1, 20)  # the new generation ticks
+    assert loop.generation is not None and loop.generation.id == row["generation"]
+    assert loop.ctx.store.read()["counters"]["generation_restarted"] == 1
+
+
+@pytest.mark.slow
+def test_exception_in_a_tick_never_ends_the_loop(loop: Scheduler) -> None:
+    real_tick = loop._tick
+    calls = {"n": 0}
+
+    def failing_tick() -> float:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            raise RuntimeError("disk hiccup")
+        return real_tick()
+
+    loop._tick = failing_tick  # type: ignore[method-assign]
+    gen = loop.generation
+    wait_until(lambda: calls["n"] > 5, 20)
+    assert loop.generation is gen, "an ordinary exception is survived, not restarted"
+    assert events(loop, "scheduler.generation_restarted") == []
+
+
+@pytest.mark.slow
+def test_stop_aimed_at_an_old_generation_never_ends_the_new_one(loop: Scheduler) -> None:
+    old = loop.generation
+    assert old is not None
+    new = loop._start_generation("second")
+    old.stop.set()  # a late stop for generation N
+    ticks = loop.ticks
+    wait_until(lambda: loop.ticks > ticks + 2, 20)
+    assert new.thread is not None and new.thread.is_alive()
+    assert old.thread is not None and not old.thread.is_alive()
+
+
+@pytest.mark.slow
+def test_alive_but_silent_tick_thread_is_reported_once_and_never_duplicated(home: Path) -> None:
+    scheduler = Scheduler(Context.open(home), LoopOptions(quiet=True, stall_after=0.5))
+    release = threading.Event()
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: scheduler.generation is not None and scheduler.ticks >= 1, 20)
+        real_tick = scheduler._tick
+
+        def hung_tick() -> float:
+            release.wait(30)
+            return real_tick()
+
+        scheduler._tick = hung_tick  # type: ignore[method-assign]
+        scheduler.wake.set()
+        wait_until(lambda: events(scheduler, "scheduler.tick_stalled"), 20)
+        time.sleep(1.5)
+        assert len(events(scheduler, "scheduler.tick_stalled")) == 1
+        assert events(scheduler, "scheduler.generation_restarted") == []
+        ticking = [t for t in threading.enumerate() if t.name.startswith("cronctl-tick-")]
+        assert len(ticking) == 1
+    finally:
+        release.set()
+        scheduler.request_stop()
+        thread.join(timeout=30)
