@@ -395,7 +395,19 @@ def _complete_if_done(spec: JobSpec, state: dict[str, Any]) -> None:
 
 
 def release(doc: dict[str, Any], job: str, run_id: str) -> bool:
-    """Drop a claim whose child never started (spawn failure): the next slot fires normally."""
+    """Drop a claim whose child never started (spawn failure): the next slot fires normally.
+
+    Nothing of the run happened, so what only this claim carried is handed back:
+    a pending retry stays pending, and a one-shot (which has no next slot) is due
+    again; otherwise either would be lost without a word.
+    """
     entry = doc["jobs"].get(job)
-    claims = (entry or {}).get("state", {}).get("claims") or {}
-    return claims.pop(run_id, None) is not None
+    state = (entry or {}).get("state", {})
+    claim = (state.get("claims") or {}).pop(run_id, None)
+    if claim is None:
+        return False
+    if claim.get("trigger") == "retry" and not state.get("retry"):
+        state["retry"] = {"attempt": claim["attempt"], "due_at": claim["claimed_at"], "slot": claim["slot"]}
+    elif claim.get("trigger") == "schedule" and entry.get("at") and state.get("next_run_at") is None:
+        state["next_run_at"] = claim["slot"]
+    return True

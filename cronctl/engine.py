@@ -111,6 +111,7 @@ class Engine:
 
     def fire_due(self) -> int:
         now = self.ctx.clock.now()
+        self._saturated = False
         self._refresh_next_due()
         if self._next_due is None or self._next_due > now:
             return 0
@@ -167,8 +168,16 @@ class Engine:
         if not spawned:
             return
         now = self.ctx.clock.now()
-        with self.ctx.store.transaction() as doc:
-            kept = claims_mod.mark_dispatched(doc, self.owner, spawned, now)
+        try:
+            with self.ctx.store.transaction() as doc:
+                kept = claims_mod.mark_dispatched(doc, self.owner, spawned, now)
+        except BaseException:
+            # Not persisted, so not allowed to begin: cancelled at the gate, they end
+            # as not_started and their claims are released when that is recorded.
+            # Left gated, they would hold their claims forever with no timeout.
+            for run in spawned:
+                self.supervisor.cancel_gate(run.run_id)
+            raise
         kept_ids = {run.run_id for run in kept}
         for run in spawned:
             if run.run_id not in kept_ids:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -15,21 +16,38 @@ LOGS_KEPT = 20
 
 
 def append_record(paths: Paths, record: dict[str, Any]) -> None:
+    """One O_APPEND write, under a flock of the file so that a trim never loses it.
+
+    The loop and a `force-run` or `kill` CLI may append to one job's history at
+    once; a trim replaces the file, so an append checks, under the lock, that it
+    still writes to the file in place (else it retries on the new one).
+    """
     path = paths.history(record["job"])
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-    if path.stat().st_size > HISTORY_MAX_BYTES:
-        _trim(path)
+    for _ in range(10):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                continue
+            if current != os.fstat(fd).st_ino:
+                continue  # trimmed (replaced) while we waited for the lock
+            os.write(fd, line)
+            if os.fstat(fd).st_size > HISTORY_MAX_BYTES:
+                _trim(path)
+            return
+        finally:
+            os.close(fd)
+    raise OSError(f"cannot append to {path}: it keeps being replaced")
 
 
 def _trim(path: Path) -> None:
+    """Keep the newest rows (the caller holds the file's flock)."""
     rows = path.read_bytes().splitlines(keepends=True)[-HISTORY_KEEP_ROWS:]
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(b"".join(rows))
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)

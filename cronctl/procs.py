@@ -24,6 +24,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import psutil
 
@@ -83,7 +84,7 @@ def set_child_subreaper() -> bool:
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
@@ -176,9 +177,9 @@ def snapshot_runs(roots: Mapping[str, ProcIdentity | None]) -> dict[str, list[ps
         if st is None or st.state == "Z":
             continue
         stats[pid] = st
-        run_id = _env_run_id(_read_environ(pid))
-        if run_id in roots:
-            env_hits[pid] = run_id
+        carried = _env_run_id(_read_environ(pid))
+        if carried is not None and carried in roots:
+            env_hits[pid] = carried
 
     children: dict[int, list[int]] = {}
     for pid, st in stats.items():
@@ -186,7 +187,7 @@ def snapshot_runs(roots: Mapping[str, ProcIdentity | None]) -> dict[str, list[ps
 
     found: dict[str, dict[int, psutil.Process]] = {run_id: {} for run_id in roots}
     for pid, run_id in env_hits.items():
-        proc = _verified(pid, lambda pid=pid, run_id=run_id: _env_run_id(_read_environ(pid)) == run_id)
+        proc = _verified(pid, partial(_carries, pid, run_id))
         if proc is not None:
             found[run_id][pid] = proc
     for run_id, root in roots.items():
@@ -211,7 +212,7 @@ def _root_family(
         for pid, st in stats.items():
             if pid in known or pid in family or root.pid not in (st.sid, st.pgid):
                 continue
-            proc = _verified(pid, lambda pid=pid: _in_root_ids(pid, root.pid))
+            proc = _verified(pid, partial(_in_root_ids, pid, root.pid))
             if proc is not None:
                 family[pid] = proc
     return family
@@ -231,7 +232,7 @@ def _descendants(
         parent, pid = stack.pop()
         if pid in known or pid in found:
             continue
-        proc = _verified(pid, lambda pid=pid, parent=parent: _parent_of(pid) == parent)
+        proc = _verified(pid, partial(_has_parent, pid, parent))
         # A descendant can never be older than the root it descends from.
         if proc is None or proc.create_time() < root.start_time - START_TIME_TOLERANCE:
             continue
@@ -240,9 +241,13 @@ def _descendants(
     return found
 
 
-def _parent_of(pid: int) -> int | None:
+def _has_parent(pid: int, parent: int) -> bool:
     st = _read_stat(pid)
-    return None if st is None else st.ppid
+    return st is not None and st.ppid == parent
+
+
+def _carries(pid: int, run_id: str) -> bool:
+    return _env_run_id(_read_environ(pid)) == run_id
 
 
 def find_run_processes(run_id: str, root: ProcIdentity | None = None) -> list[psutil.Process]:

@@ -456,8 +456,8 @@ class Supervisor:
         spawned_mono = self._mono()
         try:
             pidfd = os.pidfd_open(pid)
-            start_time = procs.identify(pid)
-            if start_time is None:
+            ident = procs.identify(pid)
+            if ident is None:
                 raise OSError(errno.ESRCH, "the child vanished before it was identified")
         except OSError as exc:
             # The child is blocked on its gate and still unreaped: killing it
@@ -466,7 +466,7 @@ class Supervisor:
             _close_all([gate_w, out_r, log_fd])
             raise SpawnError(exc.errno or errno.EIO, f"cannot watch run {req.run_id} of {req.job}: {exc}") from exc
         os.set_blocking(out_r, False)
-        run = _Run(req, pid, start_time.start_time, pidfd, out_r, gate_w, log_fd, spawned_mono)
+        run = _Run(req, pid, ident.start_time, pidfd, out_r, gate_w, log_fd, spawned_mono)
         with self._lock:
             if self._stopping:
                 shutting_down = True

@@ -494,7 +494,7 @@ def count_slots(
     """How many slots lie in (start, end], counting no further than `limit`."""
     stop = _as_utc(end, "end")
     count = 0
-    if count >= limit or stop <= _as_utc(start, "start"):
+    if limit <= 0 or stop <= _as_utc(start, "start"):
         return count
     for slot in _slots_after(expr, check_timezone(tz), start):
         if slot > stop:

@@ -108,8 +108,12 @@ class Scheduler:
                     f"another 'cronctl run' (pid {holder if holder else 'unknown'}) already runs on "
                     f"{self.ctx.paths.home}; stop it first, or start this one with --standby to take over when it dies"
                 )
-            if not self._wait_for_leadership():
-                return 0
+            try:
+                if not self._wait_for_leadership():
+                    return 0
+            finally:
+                # A leader (or a stopped standby) is nobody's standby any more.
+                self._clear_standby_beat()
             previous = read_json(self.ctx.paths.heartbeat)
         try:
             return self._lead(previous)
@@ -334,6 +338,12 @@ class Scheduler:
             "boot_id": self.boot, "leader_pid": leader, "last_check_at": to_iso(self.ctx.clock.now()),
             "last_check_mono": time.monotonic(), "waiting_s": round(time.monotonic() - since, 1),
         })
+
+    def _clear_standby_beat(self) -> None:
+        path = self.ctx.paths.home / "standby.json"
+        beat = read_json(path)
+        if beat is not None and beat.get("pid") == os.getpid():
+            path.unlink(missing_ok=True)
 
     def _leader_wedged(self) -> bool:
         hb = read_json(self.ctx.paths.heartbeat)

@@ -132,6 +132,19 @@ def test_jobs_over_capacity_are_deferred_to_a_later_tick_not_skipped(ctx: Contex
     assert second.claims[0].slot == at(60), "a deferred job still fires its own slot"
 
 
+def test_over_capacity_the_job_due_longest_is_claimed_first_so_none_starves(ctx: Context) -> None:
+    add(ctx, "a", every="1m")
+    add(ctx, "b", every="1m")
+    first = claim_due(ctx, at(60), capacity=1)
+
+    second = claim_due(ctx, at(125), capacity=1)  # a is due again (slot 120), b since 60
+
+    assert [c.job for c in first.claims] == ["a"]
+    assert [c.job for c in second.claims] == ["b"], "b was waiting longer"
+    assert second.claims[0].slot == at(120)  # its slot at 60 is coalesced into this fire
+    assert [(r["job"], r["count"]) for r in rows(second.events, AuditEvent.RUN_MISSED)] == [("b", 1)]
+
+
 def test_paused_and_completed_jobs_are_never_claimed(ctx: Context) -> None:
     add(ctx, "paused", every="1m", paused=True)
     add(ctx, "done", every="1m")
@@ -288,6 +301,31 @@ def test_a_spawn_failure_does_not_spend_the_repeat_budget(ctx: Context) -> None:
     assert [c.slot for c in retried.claims] == [at(120)]
     finish(ctx, "a", retried.claims[0].run_id, at(121))
     assert state(ctx, "a")["completed"] is True
+
+
+def test_a_one_shot_whose_spawn_failed_is_due_again_not_lost(ctx: Context) -> None:
+    add(ctx, "once", at=iso(90))
+    batch = claim_due(ctx, at(90))
+    with ctx.store.transaction() as doc:
+        claims.release(doc, "once", batch.claims[0].run_id)
+
+    again = claim_due(ctx, at(91))
+
+    assert [c.slot for c in again.claims] == [at(90)]
+    assert state(ctx, "once")["completed"] is False
+
+
+def test_a_retry_whose_spawn_failed_stays_pending(ctx: Context) -> None:
+    add(ctx, "a", every="1h", retries=1, retry_delay="1m")
+    first = fire(ctx, at(3600))
+    finish(ctx, "a", first.claims[0].run_id, at(3601), status=RunStatus.ERROR, exit_code=1)
+    retry = claim_due(ctx, at(3661))
+    with ctx.store.transaction() as doc:
+        claims.release(doc, "a", retry.claims[0].run_id)
+
+    again = claim_due(ctx, at(3662))
+
+    assert [(c.trigger, c.attempt, c.slot) for c in again.claims] == [("retry", 2, at(3600))]
 
 
 def test_a_one_shot_fires_once_and_is_completed(ctx: Context) -> None:

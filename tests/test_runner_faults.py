@@ -275,7 +275,8 @@ def test_a_real_eagain_from_rlimit_nproc_is_a_spawn_error() -> None:
 
 
 def test_a_missing_cwd_is_blocked_config(supervisor: Supervisor, tmp_path: Path) -> None:
-    for command in ["true", ("true",)]:
+    commands: list[str | tuple[str, ...]] = ["true", ("true",)]
+    for command in commands:
         with pytest.raises(BlockedConfig) as caught:
             supervisor.spawn_gated(request(tmp_path, command, cwd=str(tmp_path / "gone")))
         assert caught.value.field == "cwd" and "gone" in caught.value.message
@@ -398,5 +399,5 @@ def test_a_slow_kill_does_not_delay_other_runs(supervisor: Supervisor, results: 
     supervisor.spawn_gated(quick)
     supervisor.open_gates([quick.run_id])
     assert results.wait(quick.run_id).status == "success"
-    assert time.monotonic() - began < 1.0  # not after the other run's 3 s grace
+    assert time.monotonic() - began < 2.0  # not after the other run's 3 s grace
     assert results.wait(stubborn.run_id).status == "killed"
