@@ -345,7 +345,14 @@ class Engine:
         return adopted
 
     def shutdown(self, wait: float | None = None) -> int:
-        """Stop every run (kill_grace each), record them `killed` reason shutdown."""
+        """Stop every run (kill_grace each), record them `killed` reason shutdown.
+
+        Bounded: a child stuck in the kernel must not keep the loop from exiting; its claim
+        then stays, and the next loop reclaims it as lost.
+        """
+        if wait is None:
+            graces = [run.spec.kill_grace for run in self.active.values()]
+            wait = max(graces, default=0.0) + self.options.drain_timeout + 10.0
         self.supervisor.shutdown("shutdown", wait=wait)
         return self.record_results()
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from cronctl import claims as claims_mod
 from cronctl import history
-from cronctl.claims import Event, Outcome, Owner
+from cronctl.claims import Event, Outcome
 from cronctl.context import Context
 from cronctl.health import FAILED, claim_problem, persisted_error_wedge
 from cronctl.jobs import JobView
@@ -59,25 +59,49 @@ def run_deadline(claim: dict[str, Any], spec_retries: int, retry_delay: float) -
     return timeout + float(claim.get("kill_grace") or 0.0) + spec_retries * retry_delay + DEADLINE_SLACK
 
 
-def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer, me: Owner | None = None,
-              doc: dict[str, Any] | None = None) -> HealReport:
-    """One sweep. `doc` is a recent read of the store (the loop passes the one it cached, so
-    an idle tick re-parses nothing); every change re-reads the claim under the lock anyway."""
+def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer,
+              supervised: Container[str] = frozenset(), doc: dict[str, Any] | None = None) -> HealReport:
+    """One sweep.
+
+    `supervised` are the run ids this process really watches: only their deadline is
+    checked. Every other claim, even one held in this process's name (leaked), is judged
+    by its owner's life and its lease. `doc` is a recent read of the store (the loop
+    passes the one it cached, so an idle tick re-parses nothing); every change re-reads
+    the claim under the lock anyway.
+    """
     report = HealReport()
+    broken: list[tuple[str, str, dict[str, Any], str]] = []
     for name, entry in _suspects(doc if doc is not None else ctx.store.read()):
         view = JobView.from_entry(entry)
         for run_id, claim in list(view.claims.items()):
-            if me is not None and me.owns(claim):
-                _check_deadline(ctx, view, run_id, claim, now, live, kill, report)
-                continue
-            problem = claim_problem(claim, live.owner_alive, live.lease_expired)
+            problem = None if run_id in supervised else claim_problem(claim, live.owner_alive, live.lease_expired)
             if problem is not None:
-                reclaim(ctx, name, run_id, claim, problem, now, kill, report)
+                broken.append((name, run_id, claim, problem))
             else:
                 _check_deadline(ctx, view, run_id, claim, now, live, kill, report)
         if persisted_error_wedge(view, now):
             _rearm(ctx, name, now, report)
+    ended = _kill_all(broken, kill)
+    for name, run_id, claim, problem in broken:
+        reclaim(ctx, name, run_id, claim, problem, now, lambda *_: ended[run_id], report)
     return report
+
+
+def _kill_all(broken: list[tuple[str, str, dict[str, Any], str]], kill: Killer) -> dict[str, int]:
+    """Kill the processes of every broken run at once: each may wait out its kill_grace,
+    and a new leader healing many orphans must not look hung meanwhile."""
+    if len(broken) <= 1:
+        return {run_id: kill(run_id, claim.get("child"), _grace(claim)) for _, run_id, claim, _ in broken}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(broken)), thread_name_prefix="cronctl-heal") as pool:
+        futures = {run_id: pool.submit(kill, run_id, claim.get("child"), _grace(claim))
+                   for _, run_id, claim, _ in broken}
+        return {run_id: future.result() for run_id, future in futures.items()}
+
+
+def _grace(claim: dict[str, Any]) -> float:
+    return float(claim.get("kill_grace") or 0.0)
 
 
 def _suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -89,7 +113,7 @@ def _suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: str, now: datetime,
             kill: Killer, report: HealReport | None = None) -> bool:
     """Kill what is left of a run, then release its claim as lost / not_started (fenced on run_id)."""
-    ended = kill(run_id, claim.get("child"), float(claim.get("kill_grace") or 0.0))
+    ended = kill(run_id, claim.get("child"), _grace(claim))
     dispatched = bool(claim.get("dispatched"))
     outcome = Outcome(
         RunStatus.LOST if dispatched else RunStatus.NOT_STARTED,

@@ -90,8 +90,7 @@ def _newest_run_id(ctx: Context, job: str) -> str:
 
 
 def run_is_active(ctx: Context, job: str, run_id: str) -> bool:
-    entry = ctx.store.read()["jobs"].get(job)
-    return bool(entry) and run_id in (entry["state"].get("claims") or {})
+    return _active_claim(ctx, job, run_id) is not None
 
 
 # --- force-run ------------------------------------------------------------------------
@@ -129,11 +128,21 @@ def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
 def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) -> dict[str, Any]:
     deadline = None if timeout is None else time.monotonic() + timeout
     while deadline is None or time.monotonic() < deadline:
-        record = history.find_record(ctx.paths, job, run_id) if not run_is_active(ctx, job, run_id) else None
-        if record is not None:
-            return record
+        claim = _active_claim(ctx, job, run_id)
+        if claim is None:
+            record = history.find_record(ctx.paths, job, run_id)
+            if record is not None:
+                return record
+        elif not owner_alive(claim.get("owner") or {}):
+            raise CronctlError(f"the loop running {job} run {run_id} died; the next 'cronctl run' records it "
+                               f"as lost (see 'cronctl status')")
         time.sleep(0.1)
     raise CronctlError(f"run {run_id} of '{job}' has not finished yet; follow it with 'cronctl logs {job} -f'")
+
+
+def _active_claim(ctx: Context, job: str, run_id: str) -> dict[str, Any] | None:
+    entry = ctx.store.read()["jobs"].get(job)
+    return ((entry or {}).get("state", {}).get("claims") or {}).get(run_id)
 
 
 def _force_here(ctx: Context, name: str) -> ForceResult:

@@ -135,6 +135,7 @@ class Scheduler:
                               previous_stopped_cleanly=(previous or {}).get("stopped_cleanly"))
         if self.takeover_reason:
             self._record_takeover(previous)
+        self._write_heartbeat(stopped_cleanly=False)  # alive before a possibly long first heal
         self._heal()
         self._start_generation(gen_id)
         self._say(f"cronctl: loop running (pid {os.getpid()}, home {self.ctx.paths.home}); Ctrl-C to stop")
@@ -281,7 +282,8 @@ class Scheduler:
         assert self.engine is not None
         self._last_heal = time.monotonic()
         live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
-        report = heal_pass(self.ctx, self.ctx.clock.now(), live, kill_run_processes, me=self.engine.owner)
+        report = heal_pass(self.ctx, self.ctx.clock.now(), live, kill_run_processes,
+                           supervised=self.engine.active.keys())
         for job, run_id in report.deadline_terminated:
             self.engine.active.pop(run_id, None)
         if report.anything:

@@ -183,9 +183,9 @@ def test_deadline_janitor_ends_a_run_past_timeout_grace_retries_and_slack(ctx: C
     run_id = claim_now(ctx, "slow", me, lease_until=1e9, started_mono=1000.0)
     limit = 30.0 + 5.0 + 2 * 10.0 + DEADLINE_SLACK
     world.mono = 1000.0 + limit
-    assert not heal_pass(ctx, T0, world.liveness(), world.kill, me=me).anything
+    assert not heal_pass(ctx, T0, world.liveness(), world.kill, supervised={run_id}).anything
     world.mono = 1000.0 + limit + 0.01
-    report = heal_pass(ctx, T0, world.liveness(), world.kill, me=me)
+    report = heal_pass(ctx, T0, world.liveness(), world.kill, supervised={run_id})
     assert report.deadline_terminated == [("slow", run_id)]
     state = state_of(ctx, "slow")
     assert state["last_status"] == "timeout" and state["last_reason"] == "deadline_janitor"
@@ -207,7 +207,7 @@ def test_deadline_janitor_never_overwrites_a_run_that_just_ended(ctx: Context, w
         return 0
 
     world.mono = 1e6
-    report = heal_pass(ctx, T0, world.liveness(), kill_then_runner_records, me=me)
+    report = heal_pass(ctx, T0, world.liveness(), kill_then_runner_records, supervised={run_id})
     assert report.deadline_terminated == []
     assert state_of(ctx, "slow")["last_status"] == "success"
     assert run_id not in state_of(ctx, "slow")["claims"]
@@ -216,9 +216,47 @@ def test_deadline_janitor_never_overwrites_a_run_that_just_ended(ctx: Context, w
 def test_job_without_timeout_has_no_deadline(ctx: Context, world: FakeWorld) -> None:
     add_job(ctx, JobSpec(name="forever", command="sleep 1", every=600.0, timeout=0.0))
     me = owner(555)
-    claim_now(ctx, "forever", me, lease_until=1e12, started_mono=0.0)
+    run_id = claim_now(ctx, "forever", me, lease_until=1e12, started_mono=0.0)
     world.mono = 1e9
-    assert not heal_pass(ctx, T0, world.liveness(), world.kill, me=me).anything
+    assert not heal_pass(ctx, T0, world.liveness(), world.kill, supervised={run_id}).anything
+
+
+def test_claim_leaked_by_this_very_process_is_reclaimed_once_its_lease_expires(ctx: Context,
+                                                                                world: FakeWorld) -> None:
+    """The 1h47m incident: a live owner that no longer supervises its claim must not block the job."""
+    add_job(ctx, EVERY_MINUTE)
+    me = owner(555)
+    leaked = claim_now(ctx, "tick", me, lease_until=1060.0)
+    world.mono = 1059.0
+    assert not heal_pass(ctx, T0, world.liveness(), world.kill, supervised=set()).anything
+    world.mono = 1061.0
+    report = heal_pass(ctx, T0, world.liveness(), world.kill, supervised=set())
+    assert report.reclaimed == [("tick", leaked, "lease_expired")]
+
+
+def test_broken_runs_are_killed_concurrently(ctx: Context, world: FakeWorld) -> None:
+    import threading
+    import time
+
+    for index in range(4):
+        add_job(ctx, JobSpec(name=f"j{index}", command="true", every=60.0))
+        claim_now(ctx, f"j{index}", owner(900 + index), lease_until=5000.0)
+        world.dead_pids.add(900 + index)
+    active, peak = [0], [0]
+    lock = threading.Lock()
+
+    def slow_kill(run_id: str, child: Any, grace: float) -> int:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.3)  # a child that waits out its kill_grace
+        with lock:
+            active[0] -= 1
+        return 1
+
+    report = heal_pass(ctx, T0, world.liveness(), slow_kill)
+    assert len(report.reclaimed) == 4
+    assert peak[0] > 1
 
 
 TEN_MIN = JobSpec(name="wedgy", command="true", every=600.0)  # cadence 10m, default grace 5m
