@@ -97,6 +97,8 @@ def _claim_record(new: NewClaim, owner: Owner, lease: Lease, now: datetime) -> d
         "timeout": new.spec.timeout,
         "kill_grace": new.spec.kill_grace,
         "late": new.late,
+        # When the scheduler meant it to start (slot + jitter): the base of fire lateness.
+        "due_at": to_iso(fire_at(new.spec, new.slot)) if new.trigger != "force" else None,
     }
 
 
@@ -241,8 +243,26 @@ def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], n
         state = doc["jobs"][run.job]["state"]
         if claim["trigger"] != "force":
             state["runs_started"] = int(state.get("runs_started") or 0) + 1
+        if claim.get("due_at"):
+            _observe_lateness(doc, (now - from_iso(claim["due_at"])).total_seconds())  # type: ignore[operator]
         kept.append(run)
     return kept
+
+
+# Upper bounds (seconds) of the fire-lateness histogram persisted for `cronctl metrics`.
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
+
+
+def _observe_lateness(doc: dict[str, Any], seconds: float) -> None:
+    """A cumulative histogram in the store, so it survives restarts like a Prometheus counter."""
+    hist = doc.setdefault("metrics", {}).setdefault("fire_lateness_seconds", {"buckets": {}, "sum": 0.0, "count": 0})
+    seconds = max(0.0, seconds)
+    for bound in LATENESS_BUCKETS:
+        if seconds <= bound:
+            key = repr(bound)
+            hist["buckets"][key] = int(hist["buckets"].get(key) or 0) + 1
+    hist["sum"] = round(float(hist["sum"]) + seconds, 6)
+    hist["count"] = int(hist["count"]) + 1
 
 
 def renew(doc: dict[str, Any], owner: Owner, run_ids: dict[str, str], lease: Lease) -> list[str]:
@@ -352,6 +372,8 @@ def _default_fault(status: RunStatus) -> str | None:
 
 
 def _record_last(state: dict[str, Any], record: dict[str, Any], outcome: Outcome) -> None:
+    totals = state.setdefault("runs_by_status", {})
+    totals[record["status"]] = int(totals.get(record["status"]) or 0) + 1
     if outcome.status is RunStatus.NOT_STARTED and record["started_at"] is None:
         # Nothing ran: the job's last real run stays what it was, but the failure is visible.
         state["last_not_started"] = {k: record[k] for k in ("run_id", "slot", "reason", "ended_at")}
