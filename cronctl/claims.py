@@ -374,6 +374,8 @@ def _default_fault(status: RunStatus) -> str | None:
 def _record_last(state: dict[str, Any], record: dict[str, Any], outcome: Outcome) -> None:
     totals = state.setdefault("runs_by_status", {})
     totals[record["status"]] = int(totals.get(record["status"]) or 0) + 1
+    if outcome.status is RunStatus.SUCCESS:
+        state["last_success_at"] = record["ended_at"]
     if outcome.status is RunStatus.NOT_STARTED and record["started_at"] is None:
         # Nothing ran: the job's last real run stays what it was, but the failure is visible.
         state["last_not_started"] = {k: record[k] for k in ("run_id", "slot", "reason", "ended_at")}
