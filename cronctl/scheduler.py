@@ -46,6 +46,7 @@ class LoopOptions:
     stall_after: float = 30.0  # a tick thread alive but silent this long is reported
     heal_every: float = 1.0
     quiet: bool = False
+    metrics_file: Path | None = None
 
 
 @dataclass
@@ -61,6 +62,34 @@ def kill_run_processes(run_id: str, child: dict[str, Any] | None, grace: float) 
     root = procs.ProcIdentity(int(child["pid"]), float(child["start_time"])) if child and child.get("pid") else None
     report = procs.terminate_run(run_id, root, grace=min(grace, 10.0))
     return report.terminated + report.killed
+
+
+class MetricsFile:
+    """--metrics-file: rewritten on the tick after any store change, and at least every
+    REFRESH seconds for the heartbeat gauge; an idle loop with 10,000 jobs must not rebuild
+    every job's metrics every second."""
+
+    REFRESH = 10.0
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._signature: tuple[int, int, int] | None = None
+        self._written = 0.0
+
+    def maybe_write(self, ctx: Context) -> None:
+        if self.path is None:
+            return
+        try:
+            st = os.stat(ctx.paths.store)
+            signature = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            signature = None
+        if signature == self._signature and time.monotonic() - self._written < self.REFRESH:
+            return
+        from cronctl.metrics import metrics_for, write_textfile
+
+        write_textfile(self.path, metrics_for(ctx))
+        self._signature, self._written = signature, time.monotonic()
 
 
 def _sigkill_verified(ident: procs.ProcIdentity) -> None:
@@ -95,6 +124,7 @@ class Scheduler:
         self.supervisor: Supervisor | None = None
         self.engine: Engine | None = None
         self.takeover_reason: str | None = None
+        self.metrics = MetricsFile(options.metrics_file)
 
     # --- life ----------------------------------------------------------------------
 
@@ -244,6 +274,7 @@ class Scheduler:
             gen.stall_reported = False
             try:
                 self._write_heartbeat(stopped_cleanly=False)
+                self.metrics.maybe_write(self.ctx)
             except Exception as exc:
                 self._report_tick_error(exc)
             if self.options.once and self._once_done():
