@@ -16,8 +16,9 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_KEEP = 3
 
 
-def now_ms_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+def now_ms_iso(clock: Any = None) -> str:
+    now = clock.now() if clock is not None else datetime.now(timezone.utc)
+    return now.astimezone(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -25,13 +26,16 @@ class AuditLog:
     path: Path
     max_bytes: int = DEFAULT_MAX_BYTES
     keep: int = DEFAULT_KEEP
+    # The Context's clock (a FakeClock in tests), so rows and slots tell the same time;
+    # None: the system clock.
+    clock: Any = None
 
     def append(self, event: str, **details: Any) -> dict[str, Any]:
         """Write one row with a single O_APPEND write so concurrent writers never interleave.
 
         Audit must never take the scheduler down: a failed write is reported on stderr only.
         """
-        row: dict[str, Any] = {"ts": details.pop("ts", None) or now_ms_iso(), "event": str(event)}
+        row: dict[str, Any] = {"ts": details.pop("ts", None) or now_ms_iso(self.clock), "event": str(event)}
         row.update({k: v for k, v in details.items() if v is not None})
         line = (json.dumps(row, sort_keys=True, default=str, ensure_ascii=False) + "\n").encode("utf-8")
         try:

@@ -16,10 +16,13 @@ app = typer.Typer(
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Help texts are plain words: "[a-z0-9][a-z0-9._-]*" must not be read as rich markup.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-_state: dict[str, Any] = {"home": None}
+# "clock" is the test seam of the CLI: tests put a FakeClock here; None means the system clock.
+_state: dict[str, Any] = {"home": None, "clock": None}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output with stable keys.")]
 
@@ -44,7 +47,17 @@ def _ctx():  # type: ignore[no-untyped-def]
     from cronctl.context import Context
     from cronctl.paths import resolve_home
 
-    return Context.open(resolve_home(_state["home"]))
+    ctx = Context.open(resolve_home(_state["home"]), clock=_state["clock"])
+    ctx.audit.clock = ctx.clock  # audit rows tell the context's time (Context.open does not pass it)
+    return ctx
+
+
+def _store_ctx():  # type: ignore[no-untyped-def]
+    """A context whose store is known to parse: a command that needs the store fails
+    on a corrupt one (exit 1, naming the file) even when it would not otherwise read it."""
+    ctx = _ctx()
+    ctx.store.read()
+    return ctx
 
 
 # --- job options shared by add and edit -----------------------------------------
@@ -132,7 +145,8 @@ def add(
     if json_out:
         render.print_json(_job_json(view, ctx))
     else:
-        render.say(f"added {name}: {view.spec.schedule_text}, next fire {view.state['next_run_at']}")
+        render.say(f"added {name}: {view.spec.schedule_text} ({view.spec.timezone}), {_next_fire_text(view)}")
+        _warn_if_past(view, ctx)
 
 
 @app.command()
@@ -165,7 +179,8 @@ def edit(
     if json_out:
         render.print_json({"job": _job_json(view, ctx), "changed": changed})
     elif changed:
-        render.say(f"updated {name}: {', '.join(changed)}")
+        render.say(f"updated {name}: {', '.join(changed)}; {_next_fire_text(view)}")
+        _warn_if_past(view, ctx)
         if view.spec.source:
             render.warn(f"{name} is defined by {view.spec.source}; the next apply of that file overrides this edit")
     else:
@@ -245,13 +260,15 @@ def next_cmd(
         zone = ZoneInfo(result.view.spec.timezone)
         fires = [fire_at(result.view.spec, slot) for slot in result.instants]
         rows.append((result.view.spec.name, result.view.spec.timezone, [(f.astimezone(zone), f) for f in fires]))
+    paused = {result.view.spec.name for result in results if result.view.paused}
     if json_out:
         render.print_json({"jobs": [
-            {"name": job, "timezone": zone, "fires": [{"local": l.isoformat(), "utc": to_iso(u)} for l, u in inst]}
+            {"name": job, "timezone": zone, "paused": job in paused,
+             "fires": [{"local": render.local_iso(l), "utc": to_iso(u)} for l, u in inst]}
             for job, zone, inst in rows
         ]})
         return
-    render.next_table(rows)
+    render.next_table(rows, paused)
 
 
 @app.command()
@@ -290,7 +307,8 @@ def validate(
     if json_out:
         render.print_json({"file": str(file), "valid": True, "jobs": [s.name for s in specs]})
     else:
-        render.say(f"{file}: {len(specs)} job(s) valid: {', '.join(s.name for s in specs)}")
+        names = f": {', '.join(s.name for s in specs)}" if specs else " (the file defines no jobs)"
+        render.say(f"{file}: {len(specs)} job(s) valid{names}")
 
 
 @app.command()
@@ -317,6 +335,7 @@ def resume(
     """
     from cronctl import ops, render
     from cronctl.errors import UsageError
+    from cronctl.timefmt import from_iso
 
     if bool(name) == all_jobs:
         raise UsageError("give a job name or --all")
@@ -334,7 +353,8 @@ def resume(
         render.say(f"released run {run_id}: its owner was dead or hung; its processes were killed")
     for result in results:
         cleared = f" (cleared {', '.join(result.cleared)})" if result.cleared else ""
-        render.say(f"resumed {result.name}{cleared}; next fire {result.next_run_at}")
+        fire = render.fire_text(from_iso(result.next_fire_at), result.timezone) if result.next_fire_at else "-"
+        render.say(f"resumed {result.name}{cleared}; next fire {fire}")
         if result.still_paused_by:
             render.warn(f"{result.name} stays paused: its file {result.still_paused_by} says paused: true")
 
@@ -368,12 +388,17 @@ def _since(text: str, ctx: Any) -> Any:
 
     from cronctl import ops
     from cronctl.durations import parse_duration
-    from cronctl.errors import CronctlError
+    from cronctl.errors import CronctlError, UsageError
 
     try:
         return ctx.clock.now() - timedelta(seconds=parse_duration(text, field="--since"))
     except CronctlError:
+        pass
+    try:
         return ops.parse_instant(text)
+    except CronctlError:
+        raise UsageError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
+                         "or a duration ago like 30m, 1h, 2d") from None
 
 
 @app.command()
@@ -436,7 +461,7 @@ def history(
     """
     from cronctl import render, runops
 
-    records = runops.run_history(_ctx(), name, count)
+    records = runops.run_history(_store_ctx(), name, count)
     if json_out:
         render.print_json({"runs": records})
     else:
@@ -568,8 +593,6 @@ def _job_row(view: Any, ctx: Any) -> dict[str, Any]:
 
 
 def _detail_fields(data: dict[str, Any]) -> list[tuple[str, str]]:
-    import json
-
     from cronctl.models import command_text
 
     fields: list[tuple[str, str]] = []
@@ -578,18 +601,61 @@ def _detail_fields(data: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         if value in (None, {}, [], False) and key not in ("paused",):
             continue
-        text = command_text(value) if key in ("command", "on_failure") else (
-            json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+        text = command_text(value) if key in ("command", "on_failure") else _field_text(value)
         fields.append((key, text))
     fields.append(("health", f"{data['health']['state']}: {data['health']['reason']}"))
     for key, value in sorted(data["state"].items()):
         if key == "claims":
             value = ", ".join(value) or "-"
-        fields.append((f"state.{key}", "-" if value is None else str(value)))
+        fields.append((f"state.{key}", "-" if value is None else _field_text(value)))
     return fields
 
 
+def _field_text(value: Any) -> str:
+    """Booleans, lists and mappings as they are written in YAML and JSON (true, not True)."""
+    import json
+
+    if isinstance(value, (bool, dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _next_fire_text(view: Any) -> str:
+    from cronctl import render
+    from cronctl.planning import fire_at
+
+    if view.paused:
+        return "paused (no fire until 'cronctl resume " + view.spec.name + "')"
+    if view.next_run_at is None:
+        return "no further fires"
+    return "next fire " + render.fire_text(fire_at(view.spec, view.next_run_at), view.spec.timezone)
+
+
+def _warn_if_past(view: Any, ctx: Any) -> None:
+    from cronctl import render
+
+    if view.spec.at is not None and not view.state.get("completed") and view.spec.at < ctx.clock.now():
+        render.warn(f"{view.spec.name}: 'at' {view.spec.at.isoformat()} is in the past; "
+                    "a running loop fires it at once")
+
+
 # --- entry point -----------------------------------------------------------------
+
+
+_built: dict[int, Any] = {}
+
+
+def _click_command() -> Any:
+    """The click command tree of `app`, built once per process.
+
+    typer rebuilds it (signatures, type hints, parameter coercion of every command) on
+    each call of app(), about 50 ms; tests and workers call main() many times in one process.
+    """
+    key = len(app.registered_commands)
+    if key not in _built:
+        _built.clear()
+        _built[key] = typer.main.get_command(app)
+    return _built[key]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -598,19 +664,33 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     try:
-        code = app(args=args, prog_name="cronctl", standalone_mode=False)
+        code = _click_command().main(args=args, prog_name="cronctl", standalone_mode=False)
     except ConfigError as exc:
+        from cronctl.render import error
+
         for problem in exc.problems:
-            print(f"cronctl: error: {problem}", file=sys.stderr)
+            error(problem)
         sys.exit(exc.exit_code)
     except CronctlError as exc:
-        print(f"cronctl: error: {exc}", file=sys.stderr)
+        from cronctl.render import error
+
+        error(str(exc))
         sys.exit(exc.exit_code)
     except typer.Abort:
         print("cronctl: aborted", file=sys.stderr)
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`cronctl list | head -1`). Exit 1 quietly, as click and rich
+        # do when they meet it first; stdout goes to /dev/null so the final flush is quiet too.
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a descriptor (captured in tests)
+            pass
+        sys.exit(1)
     except Exception as exc:
         # Usage errors of the (possibly vendored) click layer: they know how to show themselves.
         if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
@@ -619,8 +699,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -638,3 +716,5 @@ def _internal_error(exc: BaseException) -> None:
 
 # Commands that live in their own modules register themselves on `app`.
 from cronctl import cli_health  # noqa: E402,F401
+from cronctl import cli_migrate  # noqa: E402,F401
+from cronctl import cli_metrics  # noqa: E402,F401

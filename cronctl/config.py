@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,6 +55,13 @@ class _LineLoader(yaml.SafeLoader):
         result.key_lines = {}
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                # `? [a, b]: 1` makes a list key; SafeLoader's own check was bypassed by this override.
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark
+                ) from None
             if isinstance(key, str) and key in result:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -76,7 +83,12 @@ class LoadedFile:
 
 def load_jobs_file(path: str | os.PathLike[str]) -> LoadedFile:
     """Parse and validate a jobs file; raise ConfigError listing every problem."""
-    file_path = Path(path).expanduser().absolute()
+    # Normalised ("a/../b.yaml" is b.yaml) but symlinks kept: the path is the jobs' source,
+    # and a link that moves to a new release must stay the same source for --prune.
+    file_path = Path(os.path.abspath(os.path.expanduser(path)))
+    if _text_problem(str(file_path)):
+        # Its name is recorded as the jobs' source in the store, which holds UTF-8 text only.
+        raise ConfigError([f"{ascii(str(file_path))}: the file name is not valid UTF-8; rename the file"])
     text = _read_text(file_path)
     document = _parse_yaml(file_path, text)
     problems: list[str] = []
@@ -108,6 +120,10 @@ def _parse_yaml(path: Path, text: str) -> Any:
         raise ConfigError([f"{path}{line}: invalid YAML: {exc.problem or exc.context}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # PyYAML lets some of its own failures escape raw: an escape like "\U10010000"
+        # (chr() out of range) or nesting deeper than the interpreter's stack.
+        raise ConfigError([f"{path}: invalid YAML: {type(exc).__name__}: {exc}"]) from None
 
 
 def _specs_from_document(path: Path, document: Any, problems: list[str]) -> list[JobSpec]:
@@ -143,11 +159,25 @@ def _check_defaults(path: Path, defaults: Any, problems: list[str]) -> dict[str,
     if not isinstance(defaults, dict):
         problems.append(f"{path}: 'defaults' must be a mapping")
         return {}
-    for key in defaults:
+    valid: dict[str, Any] = {}
+    for key, value in defaults.items():
+        where = f"{path}:{_line_of(defaults, key)}: defaults: field {key!r}"
         if key not in DEFAULTABLE_FIELDS:
-            problems.append(f"{path}:{_line_of(defaults, key)}: defaults: field {key!r} cannot have a default"
-                            f" ({_suggest(key, DEFAULTABLE_FIELDS)})")
-    return {k: v for k, v in defaults.items() if k in DEFAULTABLE_FIELDS}
+            why = " cannot have a default" if key in JOB_FIELDS else ": unknown field"
+            problems.append(f"{where}{why} ({_suggest(str(key), DEFAULTABLE_FIELDS)})")
+            continue
+        # Checked once here, so a bad default is one problem, not one per job of the file.
+        problem = _text_problem(value)
+        if problem is None:
+            try:
+                _CHECKS[key](value)
+            except (FieldProblem, CronctlError) as exc:
+                problem = str(exc)
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+            continue
+        valid[key] = value
+    return valid
 
 
 def _spec_from_entry(path: Path, index: int, raw: Any, defaults: dict[str, Any], problems: list[str]) -> JobSpec | None:
@@ -191,6 +221,10 @@ def build_spec(
     values: dict[str, Any] = {}
     for key in JOB_FIELDS:
         if key in raw and key in _CHECKS:
+            text_problem = _text_problem(raw[key])
+            if text_problem:
+                problems.append(f"{where(key)}: {text_problem}")
+                continue
             try:
                 values[key] = _CHECKS[key](raw[key])
             except FieldProblem as exc:
@@ -201,13 +235,46 @@ def build_spec(
     _check_schedule_combo(raw, values, where, problems)
     if len(problems) > before:
         return None
-    if "cwd" in values and values["cwd"] is not None and base_dir is not None:
+    if values.get("cwd") is not None and not os.path.isabs(values["cwd"]):
+        if base_dir is None:
+            problems.append(f"{where('cwd')}: {values['cwd']!r} is relative and the current directory is gone; "
+                            "give an absolute path")
+            return None
         values["cwd"] = str((base_dir / values["cwd"]).absolute())
     try:
         return JobSpec(source=source, **values)
     except (TypeError, ValueError) as exc:  # a combination the checks above missed
         problems.append(f"{where('name')}: {exc}")
         return None
+
+
+def _text_problem(value: Any, depth: int = 0) -> str | None:
+    """Strings the store and a child process cannot carry: NUL, and bytes that are not UTF-8.
+
+    Python hands undecodable argv bytes over as lone surrogates; they would only fail
+    later, when the store or the audit log is written.
+    """
+    if depth > 50:
+        return "is nested too deeply"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "contains a NUL character"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"is not valid UTF-8 text ({ascii(value)})"
+        return None
+    if isinstance(value, dict):
+        items: list[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        problem = _text_problem(item, depth + 1)
+        if problem:
+            return problem
+    return None
 
 
 def _check_required(raw: dict[str, Any], values: dict[str, Any], where: Callable[[str], str], problems: list[str]) -> None:
@@ -231,11 +298,22 @@ def _check_schedule_combo(
             values["at"] = parse_at(values["at"], values.get("timezone", "UTC"))
         except CronctlError as exc:
             problems.append(f"{where('at')}: {exc}")
+        except OverflowError:
+            problems.append(f"{where('at')}: {values['at']!s} is outside the dates cronctl can handle "
+                            "(years 1 to 9999 in UTC)")
+    every, jitter = values.get("every"), values.get("jitter")
+    if every is not None and jitter is not None and jitter >= every:
+        # Slot N would fire after slot N+1 is due: runs would pile up or be coalesced away.
+        problems.append(f"{where('jitter')}: must be shorter than the interval ({raw.get('jitter')!s} >= "
+                        f"every {raw.get('every')!s})")
     if raw.get("at") is not None and raw.get("repeat") is not None:
         problems.append(f"{where('repeat')}: does not apply to a one-shot 'at' job")
 
 
 def _check_name(value: Any) -> str:
+    if isinstance(value, bool):
+        raise FieldProblem(f"{value!r} is not a valid name: YAML reads an unquoted off, no, yes or on as a "
+                           "boolean; quote it")
     if not isinstance(value, str) or not NAME_RE.match(value):
         raise FieldProblem(f"{value!r} is not a valid name: use lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
     if len(value) > NAME_MAX:
@@ -314,7 +392,7 @@ def _check_env(value: Any) -> dict[str, str]:
             raise FieldProblem(f"{key!r} is not a valid environment variable name")
         if key.startswith("CRONCTL_"):
             raise FieldProblem(f"{key} is reserved: cronctl sets CRONCTL_* variables itself")
-        if isinstance(item, (dict, list)) or item is None:
+        if not isinstance(item, (str, int, float, date)):
             raise FieldProblem(f"value of {key} must be a string or number")
         env[key] = _scalar_text(item)
     return env

@@ -9,11 +9,11 @@ from typing import Any
 
 from cronctl.config import build_spec, load_jobs_file
 from cronctl.context import Context
-from cronctl.errors import ConfigError, ConflictError, JobNotFoundError
+from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
 from cronctl.jobs import JobView, entry_from, get_entry, new_state
 from cronctl.models import AuditEvent, JobSpec
-from cronctl.planning import first_slot, slot_after
-from cronctl.timefmt import to_iso
+from cronctl.planning import fire_at, first_slot, slot_after
+from cronctl.timefmt import from_iso, to_iso
 
 # --- definitions ---------------------------------------------------------------
 
@@ -21,10 +21,18 @@ from cronctl.timefmt import to_iso
 def spec_from_options(name: str, options: dict[str, Any]) -> JobSpec:
     """Validate `cronctl add` options with the same rules as a YAML entry."""
     problems: list[str] = []
-    spec = build_spec({"name": name, **options}, _cli_where(name), problems, source=None, base_dir=Path.cwd())
+    spec = build_spec({"name": name, **options}, _cli_where(name), problems, source=None, base_dir=_cwd())
     if problems or spec is None:
         raise ConfigError(problems)
     return spec
+
+
+def _cwd() -> Path | None:
+    """Where a relative --cwd is anchored; None when this process's directory is gone."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return None
 
 
 def _cli_where(name: str):  # type: ignore[no-untyped-def]
@@ -51,13 +59,14 @@ SCHEDULE_KEYS = ("cron", "every", "at")
 
 def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str]) -> tuple[JobView, list[str]]:
     """Apply option changes to a job; returns the view and the names of the changed fields."""
+    _check_unset(unset)
     now = ctx.clock.now()
     with ctx.store.transaction() as doc:
         entry = get_entry(doc, name)
         old = JobView.from_entry(entry)
         merged = _merge_options(old.spec, changes, unset)
         problems: list[str] = []
-        spec = build_spec(merged, _cli_where(name), problems, source=old.spec.source, base_dir=Path.cwd())
+        spec = build_spec(merged, _cli_where(name), problems, source=old.spec.source, base_dir=_cwd())
         if problems or spec is None:
             raise ConfigError(problems)
         changed = _changed_fields(old.spec, spec)
@@ -69,6 +78,24 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str])
         doc["jobs"][name] = entry_from(spec, state)
     ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, fields=changed, by="edit")
     return JobView(spec, state), changed
+
+
+# A job always has these; a schedule is replaced with --cron/--every/--at, not unset.
+NOT_UNSETTABLE = ("name", "command", "cron", "every", "at")
+
+
+def _check_unset(unset: list[str]) -> None:
+    from cronctl.config import JOB_FIELDS
+    from cronctl.errors import UsageError
+
+    allowed = [f for f in JOB_FIELDS if f not in NOT_UNSETTABLE]
+    for key in unset:
+        field_name = key.replace("-", "_")
+        if field_name in NOT_UNSETTABLE:
+            raise UsageError(f"--unset {key}: a job always has a {field_name if field_name in ('name', 'command') else 'schedule'}; "
+                             "give a new value instead")
+        if field_name not in allowed:
+            raise UsageError(f"--unset {key}: not a job field (one of: {', '.join(allowed)})")
 
 
 def _merge_options(spec: JobSpec, changes: dict[str, Any], unset: list[str]) -> dict[str, Any]:
@@ -161,7 +188,7 @@ def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = Fal
             return plan
         _execute_apply(doc, plan, loaded.specs, now)
         plan.applied = True
-    _audit_apply(ctx, plan)
+    _audit_apply(ctx, plan, {spec.name: spec.schedule_text for spec in loaded.specs})
     return plan
 
 
@@ -210,9 +237,9 @@ def _execute_apply(doc: dict[str, Any], plan: ApplyPlan, specs: list[JobSpec], n
         del doc["jobs"][name]
 
 
-def _audit_apply(ctx: Context, plan: ApplyPlan) -> None:
+def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> None:
     for name in plan.create:
-        ctx.audit.append(AuditEvent.JOB_ADDED, job=name, source=plan.file)
+        ctx.audit.append(AuditEvent.JOB_ADDED, job=name, source=plan.file, schedule=schedules.get(name))
     for name, changed in plan.update.items():
         ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, source=plan.file, fields=changed, by="apply")
     for name in plan.adopt:
@@ -250,14 +277,17 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
     spec = view.spec
     if view.state.get("completed"):
         return []
-    first = view.next_run_at if use_state and view.next_run_at else None
-    if first is None:
-        first = _first_at_or_after(spec, origin)
     out: list[datetime] = []
-    slot = first
-    while slot is not None and len(out) < count:
-        out.append(slot)
-        slot = slot_after(spec, slot, slot)
+    try:
+        first = view.next_run_at if use_state and view.next_run_at else None
+        if first is None:
+            first = _first_at_or_after(spec, origin)
+        slot = first
+        while slot is not None and len(out) < count:
+            out.append(slot)
+            slot = slot_after(spec, slot, slot)
+    except (OverflowError, ScheduleError):
+        pass  # past the last instant a datetime can hold (year 9999): no further slots
     return out
 
 
@@ -293,6 +323,8 @@ class ResumeResult:
     next_run_at: str | None
     cleared: list[str]  # what resume cleared: paused, error, retry, completed...
     still_paused_by: str | None  # the file whose `paused: true` keeps it paused
+    next_fire_at: str | None = None  # next_run_at plus the job's jitter; None while paused
+    timezone: str = "UTC"
 
 
 def resume_jobs(ctx: Context, names: list[str] | None) -> list[ResumeResult]:
@@ -331,7 +363,9 @@ def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult
         state["next_run_at"] = to_iso(first_slot(spec, now))
     state["updated_at"] = to_iso(now)
     still = view.spec.source if view.spec.paused and view.spec.source else None
-    return ResumeResult(name, state["next_run_at"], sorted(set(cleared)), still)
+    next_slot = from_iso(state["next_run_at"])
+    fire = to_iso(fire_at(spec, next_slot)) if next_slot is not None and not still else None
+    return ResumeResult(name, state["next_run_at"], sorted(set(cleared)), still, fire, spec.timezone)
 
 
 def require_jobs(ctx: Context, names: list[str] | None) -> None:
@@ -347,9 +381,11 @@ def parse_instant(text: str) -> datetime:
 
     try:
         value = datetime.fromisoformat(text)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
     except ValueError:
         raise ConfigError([f"'{text}' is not an ISO 8601 instant like 2026-12-24T09:00:00+01:00"]) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ConfigError([f"'{text}' is outside the dates cronctl can handle (years 1 to 9999 in UTC)"]) from None
 

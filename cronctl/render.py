@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from cronctl.models import command_text
@@ -33,7 +33,17 @@ def say(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    print(f"cronctl: warning: {message}", file=sys.stderr)
+    print(_printable(f"cronctl: warning: {message}"), file=sys.stderr)
+
+
+def error(message: str) -> None:
+    print(_printable(f"cronctl: error: {message}"), file=sys.stderr)
+
+
+def _printable(text: str) -> str:
+    # A message may quote what the user typed, and argv bytes that are not UTF-8 arrive
+    # as lone surrogates: write them as \udcff instead of failing on a strict stream.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def relative(when: datetime | None, now: datetime) -> str:
@@ -88,15 +98,34 @@ def job_detail(fields: list[tuple[str, str]]) -> None:
         say(f"{key.ljust(width)}  {value}")
 
 
-def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]]) -> None:
-    """rows: (job, zone, [(local instant, utc instant)])."""
+def local_iso(when: datetime) -> str:
+    """ISO 8601 with the instant's own offset; milliseconds only when there are any."""
+    return when.isoformat(timespec="seconds" if when.microsecond < 1000 else "milliseconds")
+
+
+def utc_z(when: datetime) -> str:
+    """The same instant in UTC, written with a Z."""
+    return local_iso(when.astimezone(timezone.utc).replace(tzinfo=None)) + "Z"
+
+
+def fire_text(when: datetime, zone: str) -> str:
+    """A fire instant in the job's zone, then in UTC: 2026-03-02T03:00:00+01:00 (2026-03-02T02:00:00Z)."""
+    from zoneinfo import ZoneInfo
+
+    return f"{local_iso(when.astimezone(ZoneInfo(zone)))} ({utc_z(when)})"
+
+
+def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]], paused: Iterable[str] = ()) -> None:
+    """rows: (job, zone, [(local instant, utc instant)]); a paused job's instants are its schedule, not fires."""
+    paused = set(paused)
     for job, zone, instants in rows:
         if not instants:
             say(f"{job}: no further fires")
             continue
-        say(f"{job} ({zone}):")
+        note = f", paused: none of these fire until 'cronctl resume {job}'" if job in paused else ""
+        say(f"{job} ({zone}{note}):")
         for local, utc in instants:
-            say(f"  {local.isoformat()}   {utc.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+            say(f"  {local_iso(local)}   {utc_z(utc)}")
 
 
 def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
