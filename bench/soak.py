@@ -106,8 +106,11 @@ def analyse(home: Path, ledger: Path) -> dict[str, object]:
         elif kind == "overlap":
             overlaps += 1
     duplicates = sum(1 for runs in starts.values() if len(runs) > 1)
-    rows = [json.loads(line) for line in (home / "audit.jsonl").read_text().splitlines() if line.strip()]
-    claimed = {(r["job"], r["slot"]) for r in rows if r["event"] == "run.claimed"}
+    rows = [row for row in map(_parse, (home / "audit.jsonl").read_text().splitlines()) if row]
+    # A claim is committed before its run.claimed row is appended: a kill between the two
+    # leaves the claim without that row, and the next loop's reclaim records the slot instead.
+    claimed = {(r["job"], r["slot"]) for r in rows
+               if r["event"] in ("run.claimed", "run.finished") and r.get("slot")}
     missed = Counter()
     for r in rows:
         if r["event"] == "run.missed":
@@ -129,6 +132,14 @@ def analyse(home: Path, ledger: Path) -> dict[str, object]:
         "reclaimed": sum(1 for r in rows if r["event"] == "claim.reclaimed"),
         "missed_counted": sum(missed.values()),
     }
+
+
+def _parse(line: str) -> dict[str, object] | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None  # a torn last line: readers skip it (SPEC §8)
+    return row if isinstance(row, dict) else None
 
 
 def main() -> None:

@@ -47,9 +47,7 @@ def _ctx():  # type: ignore[no-untyped-def]
     from cronctl.context import Context
     from cronctl.paths import resolve_home
 
-    ctx = Context.open(resolve_home(_state["home"]), clock=_state["clock"])
-    ctx.audit.clock = ctx.clock  # audit rows tell the context's time (Context.open does not pass it)
-    return ctx
+    return Context.open(resolve_home(_state["home"]), clock=_state["clock"])
 
 
 def _store_ctx():  # type: ignore[no-untyped-def]

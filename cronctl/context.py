@@ -21,9 +21,10 @@ class Context:
     @classmethod
     def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0) -> Context:
         paths = open_home(home)
+        clock = clock or SystemClock()
         return cls(
             paths=paths,
             store=Store(paths, lock_timeout=lock_timeout),
-            audit=AuditLog(paths.audit),
-            clock=clock or SystemClock(),
+            audit=AuditLog(paths.audit, clock=clock),
+            clock=clock,
         )

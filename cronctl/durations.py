@@ -113,4 +113,5 @@ def _decimal_ms(value: str, text: str, field: str) -> int | None:
 
 
 def _error(value: object, field: str, reason: str) -> DurationError:
-    return DurationError(f"bad duration {value!r} for {field}: {reason}")
+    where = "" if field == "duration" else f" for {field}"
+    return DurationError(f"bad duration {value!r}{where}: {reason}")

@@ -9,7 +9,10 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:
         from cronctl import __version__
 
-        print(f"cronctl {__version__}")
+        try:
+            print(f"cronctl {__version__}", flush=True)
+        except BrokenPipeError:
+            sys.exit(1)  # the reader went away: quietly, as every other command does
         return
     from cronctl.cli import main as cli_main
 

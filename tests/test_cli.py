@@ -201,7 +201,7 @@ def test_add_reports_every_bad_option_once_and_creates_no_store(cli: Cli, home: 
     assert result.err == lines(
         "cronctl: error: job 'Bad_Name': --name: 'Bad_Name' is not a valid name: use lowercase letters, digits, "
         "'.', '_' or '-', starting with a letter or digit",
-        "cronctl: error: job 'Bad_Name': --every: bad duration '5' for duration: a bare number is ambiguous; "
+        "cronctl: error: job 'Bad_Name': --every: bad duration '5': a bare number is ambiguous; "
         "use a number with a unit, e.g. 500ms, 30s, 5m, 1h30m, 2d",
         "cronctl: error: job 'Bad_Name': --timezone: unknown time zone 'Mars/Base': use an IANA name like "
         "Europe/Berlin or UTC",
@@ -838,12 +838,12 @@ jobs:
 
 def bad_file_errors(path: Path) -> str:
     return lines(
-        f"cronctl: error: {path}:2: defaults: field 'timeout': bad duration 5 for duration: a bare number is "
+        f"cronctl: error: {path}:2: defaults: field 'timeout': bad duration 5: a bare number is "
         "ambiguous; use a number with a unit, e.g. 500ms, 30s, 5m, 1h30m, 2d",
         f"cronctl: error: {path}:7: job 'backup': field 'timout': unknown field (did you mean 'timeout'?)",
         f"cronctl: error: {path}:8: job 'Bad': field 'name': 'Bad' is not a valid name: use lowercase letters, "
         "digits, '.', '_' or '-', starting with a letter or digit",
-        f"cronctl: error: {path}:9: job 'Bad': field 'every': bad duration '5x' for duration: use a number with "
+        f"cronctl: error: {path}:9: job 'Bad': field 'every': bad duration '5x': use a number with "
         "a unit, e.g. 500ms, 30s, 5m, 1h30m, 2d",
         f"cronctl: error: {path}:10: job 'Bad': field 'command': is empty",
         f"cronctl: error: {path}:14: job 'backup': field 'timezone': unknown time zone 'Mars/Base': use an IANA "
@@ -1096,7 +1096,7 @@ def test_a_corrupt_store_error_says_how_to_recover(cli: Cli, home: Path) -> None
     result = cli("list")
     assert result.err == (
         f"cronctl: error: cannot parse store {home}/jobs.json: Expecting value at line 1 column 1; nothing was "
-        f"changed. Run 'cronctl doctor' to recover (the last good copy is {home}/jobs.json.bak)\n"
+        f"changed. There is no backup to restore: fix the file by hand ('cronctl doctor' explains)\n"
     )
 
 
