@@ -266,7 +266,9 @@ def next_cmd(
             for job, zone, inst in rows
         ]})
         return
-    render.next_table(rows, paused)
+    from cronctl.describe import describe
+
+    render.next_table(rows, paused, words={r.view.spec.name: describe(r.view.spec) for r in results})
 
 
 @app.command()
@@ -429,6 +431,9 @@ def run(
 def status(
     stale: Annotated[bool, typer.Option("--stale", help="Only what is stale; exit 3 if anything is.")] = False,
     json_out: JsonOpt = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="A live view, redrawn until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between redraws "
+                                            "with --watch.")] = 2.0,
 ) -> None:
     """The loop and every job, with the reason in plain words.
 
@@ -437,6 +442,16 @@ def status(
     from cronctl import render, runops
 
     ctx = _ctx()
+    if watch:
+        from datetime import datetime
+
+        def frame() -> Any:
+            data = _status_json(runops.status(ctx), ctx, only_stale=stale)
+            title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
+            return render.status_renderable(data, stale, title=title)
+
+        render.watch(frame, interval)
+        return
     report = runops.status(ctx)
     data = _status_json(report, ctx, only_stale=stale)
     if json_out:
@@ -580,11 +595,13 @@ def _status_json(report: Any, ctx: Any, only_stale: bool) -> dict[str, Any]:
 
 
 def _job_row(view: Any, ctx: Any) -> dict[str, Any]:
+    from cronctl.describe import describe
     from cronctl.timefmt import from_iso
 
     data = _job_json(view, ctx)
     return {
-        "name": view.spec.name, "schedule": view.spec.schedule_text, "timezone": view.spec.timezone,
+        "name": view.spec.name, "schedule": view.spec.schedule_text, "when": describe(view.spec),
+        "timezone": view.spec.timezone,
         "next_fire": from_iso(data["next_fire_at"]), "last_run": from_iso(view.state.get("last_run_at")),
         "status_word": data["health"]["state"], "command": view.spec.command,
     }
@@ -601,12 +618,21 @@ def _detail_fields(data: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         text = command_text(value) if key in ("command", "on_failure") else _field_text(value)
         fields.append((key, text))
+        if key in ("cron", "every", "at"):
+            fields.append(("in words", _words(data)))
     fields.append(("health", f"{data['health']['state']}: {data['health']['reason']}"))
     for key, value in sorted(data["state"].items()):
         if key == "claims":
             value = ", ".join(value) or "-"
         fields.append((f"state.{key}", "-" if value is None else _field_text(value)))
     return fields
+
+
+def _words(data: dict[str, Any]) -> str:
+    from cronctl.describe import describe
+    from cronctl.jobs import JobView
+
+    return describe(JobView.from_entry(data).spec)
 
 
 def _field_text(value: Any) -> str:

@@ -77,13 +77,13 @@ def jobs_table(rows: Iterable[dict[str, Any]], now: datetime) -> None:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "SCHEDULE", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"):
+    for column in ("NAME", "SCHEDULE", "WHEN", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"):
         table.add_column(column, overflow="fold")
     count = 0
     for row in rows:
         count += 1
         table.add_row(
-            row["name"], row["schedule"], row["timezone"], relative(row["next_fire"], now),
+            row["name"], row["schedule"], row["when"], row["timezone"], relative(row["next_fire"], now),
             relative(row["last_run"], now), row["status_word"], command_text(row["command"])[:60],
         )
     if count == 0:
@@ -115,15 +115,18 @@ def fire_text(when: datetime, zone: str) -> str:
     return f"{local_iso(when.astimezone(ZoneInfo(zone)))} ({utc_z(when)})"
 
 
-def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]], paused: Iterable[str] = ()) -> None:
+def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]], paused: Iterable[str] = (),
+               words: dict[str, str] | None = None) -> None:
     """rows: (job, zone, [(local instant, utc instant)]); a paused job's instants are its schedule, not fires."""
     paused = set(paused)
+    words = words or {}
     for job, zone, instants in rows:
         if not instants:
             say(f"{job}: no further fires")
             continue
         note = f", paused: none of these fire until 'cronctl resume {job}'" if job in paused else ""
-        say(f"{job} ({zone}{note}):")
+        said = f" — {words[job]}" if job in words else ""
+        say(f"{job} ({zone}{note}){said}:")
         for local, utc in instants:
             say(f"  {local_iso(local)}   {utc_z(utc)}")
 
@@ -154,26 +157,55 @@ def audit_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def status_view(data: dict[str, Any], only_stale: bool) -> None:
+    _console().print(status_renderable(data, only_stale))
+
+
+def status_renderable(data: dict[str, Any], only_stale: bool, title: str | None = None) -> Any:
+    """The status screen as one rich renderable: printed once, or redrawn by --watch."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text(title)] if title else []
     loop = data["loop"]
     age = loop.get("heartbeat_age")
     beat = f", heartbeat {age:.1f}s ago" if age is not None else ""
     pid = f" pid {loop['pid']}" if loop.get("pid") else ""
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
     if not only_stale or data["loop_stale"]:
-        say(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}")
+        parts.append(Text(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}"))
     if not data["jobs"]:
         if only_stale and not data["stale"]:
-            say("nothing is stale")
-        return
-    from rich.table import Table
-
+            parts.append(Text("nothing is stale"))
+        return Group(*parts)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"):
         table.add_column(column, overflow="fold")
     for job in data["jobs"]:
-        table.add_row(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-",
-                      job["fault"] or "-", job["reason"])
-    _console().print(table)
+        table.add_row(Text(job["name"]), Text(job["state"]), Text(job["next_run_at"] or "-"),
+                      Text(job["last_status"] or "-"), Text(job["fault"] or "-"), Text(job["reason"]))
+    parts.append(table)
+    return Group(*parts)
+
+
+def watch(render_frame: Any, interval: float) -> None:
+    """Redraw until Ctrl-C; on a pipe or a dumb terminal, print one frame per interval."""
+    import time
+
+    from rich.live import Live
+
+    console = _console()
+    try:
+        if not console.is_terminal:
+            while True:
+                console.print(render_frame())
+                time.sleep(interval)
+        with Live(render_frame(), console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render_frame(), refresh=True)
+    except KeyboardInterrupt:
+        return
 
 
 def history_table(records: list[dict[str, Any]]) -> None:

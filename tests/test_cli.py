@@ -461,11 +461,11 @@ def test_list_shows_schedule_zone_next_fire_state_and_command(cli: Cli, clock: F
     result = cli("list")
     assert (result.code, result.err) == (0, "")
     assert [line.rstrip() for line in result.out.splitlines()] == [
-        "NAME    SCHEDULE                          TZ             NEXT      LAST  STATUS  COMMAND",
-        "backup  0 3 * * *                         Europe/Berlin  in 13h    -     ok      pg_dump db | gzip > /tmp/db.gz",
-        "held    every 1h                          UTC            -         -     paused  true",
-        "once    at 2026-12-24T08:00:00.000+00:00  UTC            in 297d   -     ok      true",
-        "tick    every 5m                          UTC            in 3m30s  -     ok      echo 'hi there'",
+        "NAME    SCHEDULE                          WHEN                           TZ             NEXT      LAST  STATUS  COMMAND",
+        "backup  0 3 * * *                         At 03:00                       Europe/Berlin  in 13h    -     ok      pg_dump db | gzip > /tmp/db.gz",
+        "held    every 1h                          Every 1h                       UTC            -         -     paused  true",
+        "once    at 2026-12-24T08:00:00.000+00:00  Once, at 2026-12-24 08:00 UTC  UTC            in 297d   -     ok      true",
+        "tick    every 5m                          Every 5m                       UTC            in 3m30s  -     ok      echo 'hi there'",
     ]
     data = cli("list", "--json").json()
     assert [job["name"] for job in data["jobs"]] == ["backup", "held", "once", "tick"]
@@ -477,8 +477,8 @@ def test_list_shows_schedule_zone_next_fire_state_and_command(cli: Cli, clock: F
 def test_list_on_the_system_clock_shows_how_far_away_the_next_fire_is(cli: Cli) -> None:
     cli("add", "hourly", "--every", "1h", "--", "true")
     result = cli("list")
-    assert re.fullmatch(r"NAME    SCHEDULE  TZ   NEXT +LAST  STATUS  COMMAND *\n"
-                        r"hourly  every 1h  UTC  in (59m|1h) +-     ok      true *\n", result.out), result.out
+    assert re.fullmatch(r"NAME    SCHEDULE  WHEN      TZ   NEXT +LAST  STATUS  COMMAND *\n"
+                        r"hourly  every 1h  Every 1h  UTC  in (59m|1h) +-     ok      true *\n", result.out), result.out
 
 
 def test_show_prints_every_field_health_and_state(cli: Cli, clock: FakeClock) -> None:
@@ -490,6 +490,7 @@ def test_show_prints_every_field_health_and_state(cli: Cli, clock: FakeClock) ->
         "name                        backup",
         "command                     pg_dump 'my db'",
         "cron                        0 3 * * *",
+        "in words                    At 03:00",
         "timezone                    Europe/Berlin",
         'env                         {"PGHOST": "db"}',
         "timeout                     1h",
@@ -541,7 +542,7 @@ def test_next_across_the_autumn_fold_fires_a_fixed_time_once_in_the_first_fold(c
     result = cli("next", "dst", "-n", "3", "--from", "2026-10-24T00:00:00+02:00")
     assert (result.code, result.err) == (0, "")
     assert result.out == lines(
-        "dst (Europe/Berlin):",
+        "dst (Europe/Berlin) — At 02:30:",
         "  2026-10-24T02:30:00+02:00   2026-10-24T00:30:00Z",
         "  2026-10-25T02:30:00+02:00   2026-10-25T00:30:00Z",
         "  2026-10-26T02:30:00+01:00   2026-10-26T01:30:00Z",
@@ -552,7 +553,7 @@ def test_next_across_the_spring_gap_fires_once_at_the_end_of_the_gap(cli: Cli) -
     cli("add", "dst", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--", "true")
     result = cli("next", "dst", "-n", "3", "--from", "2026-03-28T00:00:00+01:00")
     assert result.out == lines(
-        "dst (Europe/Berlin):",
+        "dst (Europe/Berlin) — At 02:30:",
         "  2026-03-28T02:30:00+01:00   2026-03-28T01:30:00Z",
         "  2026-03-29T03:00:00+02:00   2026-03-29T01:00:00Z",
         "  2026-03-30T02:30:00+02:00   2026-03-30T00:30:00Z",
@@ -571,14 +572,14 @@ def test_next_json_gives_each_instant_in_the_jobs_zone_and_in_utc(cli: Cli) -> N
 def test_next_from_an_instant_on_a_slot_includes_that_slot(cli: Cli) -> None:
     cli("add", "daily", "--cron", "@daily", "--", "true")
     result = cli("next", "daily", "-n", "1", "--from", "2026-05-01T00:00:00Z")
-    assert result.out == "daily (UTC):\n  2026-05-01T00:00:00+00:00   2026-05-01T00:00:00Z\n"
+    assert result.out == "daily (UTC) — At 00:00:\n  2026-05-01T00:00:00+00:00   2026-05-01T00:00:00Z\n"
 
 
 def test_next_without_from_starts_at_the_stored_next_run_and_adds_jitter(cli: Cli, clock: FakeClock) -> None:
     cli("add", "tick", "--every", "90s", "--jitter", "30s", "--", "true")
     result = cli("next", "tick", "-n", "3")
     assert result.out == lines(
-        "tick (UTC):",
+        "tick (UTC) — Every 1m30s:",
         "  2026-03-01T12:01:40.036+00:00   2026-03-01T12:01:40.036Z",
         "  2026-03-01T12:03:10.036+00:00   2026-03-01T12:03:10.036Z",
         "  2026-03-01T12:04:40.036+00:00   2026-03-01T12:04:40.036Z",
@@ -590,9 +591,9 @@ def test_next_without_a_name_lists_every_job_and_a_spent_one_shot_has_no_fires(c
     cli("add", "weekly", "--cron", "0 9 * * mon", "--tz", "America/New_York", "--", "true")
     result = cli("next", "-n", "2")
     assert result.out == lines(
-        "once (Europe/Berlin):",
+        "once (Europe/Berlin) — Once, at 2026-12-24 09:00 Europe/Berlin:",
         "  2026-12-24T09:00:00+01:00   2026-12-24T08:00:00Z",
-        "weekly (America/New_York):",
+        "weekly (America/New_York) — At 09:00, only on Monday:",
         "  2026-03-02T09:00:00-05:00   2026-03-02T14:00:00Z",
         "  2026-03-09T09:00:00-04:00   2026-03-09T13:00:00Z",
     )
@@ -604,7 +605,7 @@ def test_next_of_a_paused_job_says_that_none_of_its_instants_fire(cli: Cli, cloc
     cli("pause", "held")
     result = cli("next", "held", "-n", "1")
     assert result.out == lines(
-        "held (UTC, paused: none of these fire until 'cronctl resume held'):",
+        "held (UTC, paused: none of these fire until 'cronctl resume held') — Every 1h:",
         "  2026-03-01T13:00:00+00:00   2026-03-01T13:00:00Z",
     )
     assert cli("next", "held", "-n", "1", "--json").json()["jobs"][0]["paused"] is True
@@ -614,7 +615,7 @@ def test_next_stops_at_the_end_of_the_calendar_instead_of_failing(cli: Cli) -> N
     cli("add", "daily", "--cron", "0 3 * * *", "--", "true")
     result = cli("next", "daily", "--from", "9999-12-30T12:00:00Z")
     assert (result.code, result.err) == (0, "")
-    assert result.out == "daily (UTC):\n  9999-12-31T03:00:00+00:00   9999-12-31T03:00:00Z\n"
+    assert result.out == "daily (UTC) — At 03:00:\n  9999-12-31T03:00:00+00:00   9999-12-31T03:00:00Z\n"
 
 
 @pytest.mark.parametrize(("args", "code", "err"), [
