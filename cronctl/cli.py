@@ -413,6 +413,8 @@ def run(
     takeover_after: Annotated[str, typer.Option("--takeover-after", help="With --standby: a leader whose "
                                                 "heartbeat is this stale is killed and replaced.")] = "60s",
     lease: Annotated[str, typer.Option("--lease", help="Claim lease, renewed while a run is supervised.")] = "60s",
+    metrics_file: Annotated[Optional[Path], typer.Option("--metrics-file", help="Keep a Prometheus textfile "
+                                                         "(node_exporter) up to date.")] = None,
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
@@ -423,7 +425,8 @@ def run(
 
     options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
                           max_parallel=max_parallel, takeover_after=parse_duration(takeover_after, field="--takeover-after"),
-                          lease=parse_duration(lease, field="--lease"))
+                          lease=parse_duration(lease, field="--lease"),
+                          metrics_file=metrics_file.absolute() if metrics_file else None)
     raise typer.Exit(Scheduler(_ctx(), options).run())
 
 

@@ -94,3 +94,32 @@ def test_textfile_is_replaced_atomically(ctx: Context, tmp_path: Path) -> None:
     write_textfile(target, metrics_for(ctx))
     assert target.read_text().startswith("# HELP")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.slow
+def test_the_loop_keeps_a_metrics_textfile(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from tests.conftest import cronctl_bin, subprocess_env
+
+    home, target = tmp_path / "loophome", tmp_path / "cronctl.prom"
+    env = subprocess_env(home)
+    subprocess.run([*cronctl_bin(), "add", "tick", "--every", "500ms", "--", "true"], env=env, check=True,
+                   capture_output=True, timeout=60)
+    loop = subprocess.Popen([*cronctl_bin(), "run", "--metrics-file", str(target)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        value = 0.0
+        while time.monotonic() < deadline and value < 2:
+            if target.exists():
+                for family in text_string_to_metric_families(target.read_text()):
+                    for sample in family.samples:
+                        if sample.name == "cronctl_runs_total" and sample.labels.get("status") == "success":
+                            value = sample.value
+            time.sleep(0.2)
+        assert value >= 2, "the textfile follows the runs"
+    finally:
+        loop.terminate()
+        loop.wait(timeout=30)
