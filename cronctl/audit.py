@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cronctl.timefmt import from_iso
 
@@ -29,6 +29,8 @@ class AuditLog:
     # The Context's clock (a FakeClock in tests), so rows and slots tell the same time;
     # None: the system clock.
     clock: Any = None
+    # Called with every row written (the foreground loop echoes decisions to its terminal).
+    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
 
     def append(self, event: str, **details: Any) -> dict[str, Any]:
         """Write one row with a single O_APPEND write so concurrent writers never interleave.
@@ -49,6 +51,11 @@ class AuditLog:
             import sys
 
             print(f"cronctl: cannot write audit row to {self.path}: {exc.strerror}", file=sys.stderr)
+        for listener in self.listeners:
+            try:
+                listener(row)
+            except Exception:  # an echo must never cost a decision
+                pass
         return row
 
     def _rotate_if_needed(self) -> None:

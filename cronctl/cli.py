@@ -415,6 +415,8 @@ def run(
     lease: Annotated[str, typer.Option("--lease", help="Claim lease, renewed while a run is supervised.")] = "60s",
     metrics_file: Annotated[Optional[Path], typer.Option("--metrics-file", help="Keep a Prometheus textfile "
                                                          "(node_exporter) up to date.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no line per run (the audit log "
+                                        "still has every decision).")] = False,
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
@@ -426,8 +428,19 @@ def run(
     options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
                           max_parallel=max_parallel, takeover_after=parse_duration(takeover_after, field="--takeover-after"),
                           lease=parse_duration(lease, field="--lease"),
-                          metrics_file=metrics_file.absolute() if metrics_file else None)
-    raise typer.Exit(Scheduler(_ctx(), options).run())
+                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet)
+    ctx = _ctx()
+    if not quiet:
+        ctx.audit.listeners.append(_echo_decision)
+    raise typer.Exit(Scheduler(ctx, options).run())
+
+
+def _echo_decision(row: dict[str, Any]) -> None:
+    from cronctl.render import loop_line
+
+    line = loop_line(row)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 @app.command()

@@ -226,3 +226,38 @@ def history_table(records: list[dict[str, Any]]) -> None:
                       r.get("started_at") or "-", duration, r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""),
                       reason)
     _console().print(table)
+
+
+def loop_line(row: dict[str, Any]) -> str | None:
+    """One terminal line for a decision of the foreground loop (None: not worth a line)."""
+    event, job = row.get("event"), row.get("job", "")
+    clock = str(row.get("ts", ""))[11:19]
+    short = _LOOP_LINES.get(str(event))
+    if short is None:
+        return None
+    text = short(row)
+    return f"{clock} {job:<16} {text}" if job else f"{clock} {text}"
+
+
+def _finished(row: dict[str, Any]) -> str:
+    status = row.get("status", "?")
+    took = f" in {row['duration_s']:.2f}s" if isinstance(row.get("duration_s"), (int, float)) else ""
+    code = f" (exit {row['exit_code']})" if row.get("exit_code") not in (None, 0) else ""
+    reason = f" — {row['reason']}" if row.get("reason") and status != "error" else ""
+    return f"{status}{code}{took}{reason}"
+
+
+_LOOP_LINES: dict[str, Any] = {
+    "run.started": lambda r: f"started   run {r.get('run_id')} (slot {str(r.get('slot', ''))[11:23]}, pid {r.get('pid')})",
+    "run.finished": lambda r: f"finished  {_finished(r)}",
+    "run.skipped": lambda r: f"skipped   slot {str(r.get('slot', ''))[11:23]} ({r.get('reason')})",
+    "run.missed": lambda r: f"missed    {r.get('count')} slot(s) ({r.get('reason')}, catchup {r.get('catchup')})",
+    "run.retry_scheduled": lambda r: f"retry     attempt {r.get('attempt')} at {str(r.get('due_at', ''))[11:19]}",
+    "run.spawn_failed": lambda r: f"NOT STARTED: could not spawn ({r.get('error')}); next slot fires normally",
+    "run.fenced": lambda r: f"fenced    a stale write for run {r.get('run_id')} was refused",
+    "claim.reclaimed": lambda r: f"reclaimed run {r.get('run_id')} ({r.get('reason')}, recorded {r.get('status')})",
+    "recovery.persisted_error_rearmed": lambda r: f"re-armed  after a persisted {r.get('last_status')}",
+    "recovery.deadline_terminated": lambda r: f"deadline  run {r.get('run_id')} ended by the janitor",
+    "scheduler.takeover": lambda r: f"took over from pid {r.get('previous_pid')} ({r.get('reason')})",
+    "scheduler.generation_restarted": lambda r: f"tick thread restarted as generation {r.get('generation')}",
+}

@@ -91,3 +91,15 @@ def test_status_watch_redraws_and_exits_cleanly_on_ctrl_c(home: Path) -> None:
 ])
 def test_cron_expressions_are_described_with_debians_day_rule(expr: str, words: str) -> None:
     assert describe_expression(expr) == words
+
+
+def test_the_loop_prints_one_line_per_decision() -> None:
+    from cronctl.render import loop_line
+
+    assert loop_line({"ts": "2026-12-02T13:11:23.100+00:00", "event": "run.finished", "job": "bad",
+                      "status": "error", "exit_code": 4, "duration_s": 0.25}) == \
+        "13:11:23 bad              finished  error (exit 4) in 0.25s"
+    assert loop_line({"ts": "2026-12-02T13:11:23.100+00:00", "event": "run.missed", "job": "ok", "count": 3,
+                      "reason": "coalesced", "catchup": "latest"}) == \
+        "13:11:23 ok               missed    3 slot(s) (coalesced, catchup latest)"
+    assert loop_line({"ts": "2026-12-02T13:11:23.100+00:00", "event": "job.added", "job": "x"}) is None
