@@ -266,3 +266,42 @@ def test_claim_pointing_at_a_reused_pid_never_signals_the_decoy(home: Path) -> N
     finally:
         decoy.kill()
         decoy.wait()
+
+
+def test_deadline_janitor_ends_a_real_run_whose_runner_timer_is_disabled(home: Path) -> None:
+    """The runner-side timeout is switched off (a seam); the janitor must end the run for real."""
+    from cronctl.claims import Owner
+    from cronctl.context import Context
+    from cronctl.engine import Engine
+    from cronctl.heal import DEADLINE_SLACK, Liveness, heal_pass
+    from cronctl.procs import boot_id, identify
+    from cronctl.runner import Supervisor
+    from cronctl.scheduler import kill_run_processes
+
+    assert cli(home, "add", "stuck", "--every", "1s", "--timeout", "1s", "--kill-grace", "1s", "--",
+               "trap '' TERM; sleep 300").returncode == 0
+    ctx = Context.open(home)
+    engines: list[Engine] = []
+    supervisor = Supervisor(on_result=lambda r: engines[0].on_result(r), timeouts_enabled=False)
+    me = identify(os.getpid())
+    assert me is not None
+    engine = Engine(ctx, supervisor, Owner("janitor-test", os.getpid(), me.start_time, boot_id()))
+    engines.append(engine)
+    supervisor.start()
+    try:
+        run_id = wait_until(lambda: (engine.tick(), list(engine.active))[1], 20)[0]
+        assert wait_until(lambda: processes_with_run_id(run_id), 10)
+        time.sleep(2.5)  # far past timeout + kill_grace: only the disabled runner timer keeps it alive
+        assert processes_with_run_id(run_id), "the runner really did not end it"
+        offset = 1.0 + 1.0 + DEADLINE_SLACK + 5.0  # the janitor's deadline, reached without waiting 2 minutes
+        live = Liveness(owner_alive=lambda owner: True, lease_expired=lambda claim: False,
+                        monotonic=lambda: time.monotonic() + offset)
+        report = heal_pass(ctx, ctx.clock.now(), live, kill_run_processes, supervised=set(engine.active))
+        assert [r for _, r in report.deadline_terminated] == [run_id]
+        wait_until(lambda: not processes_with_run_id(run_id), 15)
+        rows = [r for r in audit_rows(home, "recovery.deadline_terminated") if r["run_id"] == run_id]
+        assert len(rows) == 1
+        finished = [r for r in audit_rows(home, "run.finished", "stuck") if r["run_id"] == run_id]
+        assert finished[0]["status"] == "timeout" and finished[0]["reason"] == "deadline_janitor"
+    finally:
+        supervisor.shutdown(wait=30)
