@@ -83,7 +83,7 @@ def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer,
             _rearm(ctx, name, now, report)
     ended = _kill_all(broken, kill)
     for name, run_id, claim, problem in broken:
-        reclaim(ctx, name, run_id, claim, problem, now, lambda *_: ended[run_id], report)
+        reclaim(ctx, name, run_id, claim, problem, now, lambda *_, done=ended[run_id]: done, report)
     return report
 
 

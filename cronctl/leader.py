@@ -19,10 +19,6 @@ from typing import Any
 from cronctl.paths import Paths
 
 
-class LockBusy(Exception):
-    pass
-
-
 @dataclass
 class SchedulerLock:
     path: Path

@@ -43,7 +43,6 @@ class RunStatus(StrEnum):
     NOT_STARTED = "not_started"
 
 
-FAILED_STATUSES = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.LOST})
 
 
 class AuditEvent(StrEnum):
@@ -105,14 +104,6 @@ class JobSpec:
     on_failure: str | tuple[str, ...] | None = None
     paused: bool = False
     source: str | None = None  # absolute path of the YAML file that defined it; None = added by hand
-
-    @property
-    def schedule_kind(self) -> str:
-        if self.cron is not None:
-            return "cron"
-        if self.every is not None:
-            return "every"
-        return "at"
 
     @property
     def schedule_text(self) -> str:

@@ -67,12 +67,6 @@ def _short_span(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds * 1000:.0f}ms"
 
 
-def _stamp(when: datetime | None, now: datetime) -> str:
-    if when is None:
-        return "-"
-    return f"{when.strftime('%Y-%m-%d %H:%M:%S')}Z ({relative(when, now)})"
-
-
 def jobs_table(rows: Iterable[dict[str, Any]], now: datetime) -> None:
     from rich.table import Table
 
