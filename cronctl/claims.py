@@ -65,6 +65,8 @@ class NewClaim:
     spec: JobSpec
     late: bool
     replaces: list[str] = field(default_factory=list)  # runs to kill first (overlap: replace)
+    # Claimed ahead of its slot: the child waits at its gate until this instant (slot + jitter).
+    held_until: datetime | None = None
 
 
 @dataclass
@@ -99,6 +101,7 @@ def _claim_record(new: NewClaim, owner: Owner, lease: Lease, now: datetime) -> d
         "late": new.late,
         # When the scheduler meant it to start (slot + jitter): the base of fire lateness.
         "due_at": to_iso(fire_at(new.spec, new.slot)) if new.trigger != "force" else None,
+        **({"held_until": to_iso(new.held_until)} if new.held_until is not None else {}),
     }
 
 
@@ -185,7 +188,8 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
 
 
 def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger: str, attempt: int, late: bool,
-                  now: datetime, owner: Owner, lease: Lease, batch: ClaimBatch) -> None:
+                  now: datetime, owner: Owner, lease: Lease, batch: ClaimBatch,
+                  held_until: datetime | None = None) -> None:
     spec = view.spec
     claims: dict[str, Any] = state.setdefault("claims", {})
     replaces: list[str] = []
@@ -197,14 +201,91 @@ def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger:
         return
     if claims and spec.overlap is Overlap.REPLACE:
         replaces = list(claims)
-    new = NewClaim(spec.name, new_run_id(now), slot, trigger, attempt, spec, late, replaces)
+    new = NewClaim(spec.name, new_run_id(now), slot, trigger, attempt, spec, late, replaces, held_until)
     claims[new.run_id] = _claim_record(new, owner, lease, now)
     batch.claims.append(new)
     batch.events.append(Event(AuditEvent.RUN_CLAIMED, {
         "job": spec.name, "run_id": new.run_id, "slot": to_iso(slot), "trigger": trigger, "attempt": attempt,
         "late": late or None, "reason": "scheduler_missed" if late else None, "replaces": replaces or None,
-        "pid": owner.pid, "generation": owner.generation,
+        "pid": owner.pid, "generation": owner.generation, "held_until": to_iso(held_until),
     }))
+
+
+# --- claiming ahead of the slot -----------------------------------------------------------
+#
+# Forking hundreds of children takes longer than a slot may be late. So the loop claims a
+# slot a little ahead, spawns its child blocked at the gate, and opens the gate at the
+# instant (DESIGN "Performance notes"). The claim is the same claim: one write claims the
+# slot and advances next_run_at past it, so the slot still fires at most once and every
+# later write is fenced. Until the gate opens nothing of the job has run: the claim says
+# `dispatched: false` (a crash then is `run_claimed_without_dispatch`) until a write made
+# just before the instant marks it dispatched, and a run whose job was paused, edited or
+# removed meanwhile is handed back (`unhold`) with its slot, as if never claimed.
+
+
+def ahead_fire(entry: dict[str, Any]) -> datetime | None:
+    """When a job's next slot fires (slot + jitter), if it may be claimed ahead; else None.
+
+    Only a plain next slot of a job that nothing else is going on with: no claim (an
+    overlap decision belongs to the instant), no pending retry, not paused or done.
+    """
+    state = entry["state"]
+    if state.get("claims") or state.get("retry") or state.get("completed") or state.get("paused") \
+            or entry.get("paused") or not state.get("next_run_at"):
+        return None
+    slot = from_iso(state["next_run_at"])
+    if slot is None:
+        return None
+    jitter = entry.get("jitter")
+    if entry.get("repeat") is not None or (jitter and jitter != "0s"):
+        spec = JobView.from_entry(entry).spec
+        if repeat_spent(spec, state):
+            return None
+        return fire_at(spec, slot)
+    return slot
+
+
+def claim_ahead(doc: dict[str, Any], now: datetime, horizon: datetime, owner: Owner, lease: Lease,
+                capacity: int | None = None) -> ClaimBatch:
+    """Claim, in this one write, every slot that fires after `now` and by `horizon`."""
+    batch = ClaimBatch()
+    ahead = sorted((fire, name) for name, entry in doc["jobs"].items()
+                   if (fire := ahead_fire(entry)) is not None and now < fire <= horizon)
+    for fire, name in ahead:
+        if capacity is not None and len(batch.claims) >= capacity:
+            batch.deferred += 1
+            continue
+        entry = doc["jobs"][name]
+        view = JobView.from_entry(entry)
+        slot = view.next_run_at
+        assert slot is not None
+        due = collect_due(view.spec, slot, fire)
+        if due is None or due.latest != slot:
+            continue
+        entry["state"]["next_run_at"] = to_iso(due.next_slot)
+        _fire_or_skip(view, entry["state"], slot, "schedule", 1, False, now, owner, lease, batch, held_until=fire)
+    return batch
+
+
+def unhold(doc: dict[str, Any], job: str, run_id: str, advanced_to: str | None, why: str) -> Event | None:
+    """Hand back a slot claimed ahead whose gate never opened: nothing of it ran.
+
+    The claim goes, and next_run_at returns to the slot unless someone moved it since
+    (an edit of the schedule recomputes it from now; that stands).
+    """
+    entry = doc["jobs"].get(job)
+    state = (entry or {}).get("state", {})
+    claim = (state.get("claims") or {}).pop(run_id, None)
+    if claim is None:
+        return None
+    if claim.get("trigger") == "schedule" and state.get("next_run_at") == advanced_to:
+        state["next_run_at"] = claim["slot"]
+    if claim.get("dispatched") and claim.get("trigger") != "force":
+        state["runs_started"] = max(0, int(state.get("runs_started") or 0) - 1)
+    return Event(AuditEvent.RUN_SKIPPED, {
+        "job": job, "run_id": run_id, "slot": claim["slot"], "reason": "cancelled_before_slot", "why": why,
+        "trigger": claim.get("trigger"), "next_run_at": state.get("next_run_at") if entry else None,
+    })
 
 
 def claim_force(doc: dict[str, Any], name: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
@@ -229,8 +310,13 @@ class Dispatched:
     started_mono: float
 
 
-def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], now: datetime) -> list[Dispatched]:
-    """Persist the gated children's identities; returns the ones still owned (others must be cancelled)."""
+def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], now: datetime,
+                    observe: bool = True) -> list[Dispatched]:
+    """Persist the gated children's identities; returns the ones still owned (others must be cancelled).
+
+    `now` is when their gates open; `observe=False` leaves the lateness histogram to the
+    caller, which knows the real opening only later (runs claimed ahead).
+    """
     kept: list[Dispatched] = []
     for run in runs:
         claim = _owned_claim(doc, run.job, run.run_id, owner)
@@ -243,8 +329,8 @@ def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], n
         state = doc["jobs"][run.job]["state"]
         if claim["trigger"] != "force":
             state["runs_started"] = int(state.get("runs_started") or 0) + 1
-        if claim.get("due_at"):
-            _observe_lateness(doc, (now - from_iso(claim["due_at"])).total_seconds())  # type: ignore[operator]
+        if claim.get("due_at") and observe:
+            observe_lateness(doc, (now - from_iso(claim["due_at"])).total_seconds())  # type: ignore[operator]
         kept.append(run)
     return kept
 
@@ -253,7 +339,7 @@ def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], n
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 
 
-def _observe_lateness(doc: dict[str, Any], seconds: float) -> None:
+def observe_lateness(doc: dict[str, Any], seconds: float) -> None:
     """A cumulative histogram in the store, so it survives restarts like a Prometheus counter."""
     hist = doc.setdefault("metrics", {}).setdefault("fire_lateness_seconds", {"buckets": {}, "sum": 0.0, "count": 0})
     seconds = max(0.0, seconds)

@@ -25,8 +25,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 RUN_ID_VAR = "CRONCTL_RUN_ID"
 START_TIME_TOLERANCE = 0.05
@@ -51,10 +53,15 @@ class KillReport:
 
 
 def identify(pid: int) -> ProcIdentity | None:
-    try:
-        return ProcIdentity(pid, psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return None
+    """The pid and start time of a live (or zombie) process, None when there is none.
+
+    Read from /proc/<pid>/stat with psutil's own formula (start ticks / CLK_TCK +
+    boot time), so the value equals psutil's create_time(); psutil.Process() itself
+    costs about 1.5 ms here (it reads /proc/stat whole), which made spawning 500
+    gated children take a second longer.
+    """
+    found = _stat_start(pid)
+    return None if found is None else ProcIdentity(pid, found[1])
 
 
 def is_alive(ident: ProcIdentity) -> bool:
@@ -62,18 +69,58 @@ def is_alive(ident: ProcIdentity) -> bool:
 
     A zombie has finished running; it merely waits for its parent to reap it.
     """
-    try:
-        proc = psutil.Process(ident.pid)
-        if abs(proc.create_time() - ident.start_time) > START_TIME_TOLERANCE:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+    found = _stat_start(ident.pid)
+    if found is None or abs(found[1] - ident.start_time) > START_TIME_TOLERANCE:
         return False
+    return found[0] != "Z"
+
+
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
+# /proc/stat's btime moves when the wall clock is stepped; psutil reads it on every
+# call. Re-read at most this often.
+_BOOT_TIME_TTL = 1.0
+_boot_time_cache: tuple[float, float] = (float("-inf"), 0.0)
+
+
+def _boot_time() -> float:
+    global _boot_time_cache
+    now = time.monotonic()
+    read_at, value = _boot_time_cache
+    if now - read_at < _BOOT_TIME_TTL:
+        return value
+    with open("/proc/stat", "rb") as handle:
+        for line in handle:
+            if line.startswith(b"btime"):
+                value = float(line.split()[1])
+                break
+    _boot_time_cache = (now, value)
+    return value
+
+
+def _stat_start(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time) of a pid, or None if there is no such process."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses; it ends at the last ")".
+    fields = data[data.rindex(b")") + 2 :].split()
+    return fields[0].decode(), float(fields[19]) / _CLK_TCK + _boot_time()
+
+
+_boot_id: str | None = None
 
 
 def boot_id() -> str:
-    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-        return f.read().strip()
+    """This boot's id; read once, since it cannot change while this process lives."""
+    global _boot_id
+    if _boot_id is None:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            _boot_id = f.read().strip()
+    return _boot_id
 
 
 def set_child_subreaper() -> bool:
@@ -150,6 +197,8 @@ def _verified(pid: int, still_matches: Callable[[], bool]) -> psutil.Process | N
     Reading the clue again after capturing the start time, then checking the
     start time once more, proves the clue belonged to that very process.
     """
+    import psutil  # here, not at the top: `status` and the idle loop never need it
+
     try:
         proc = psutil.Process(pid)
         if not still_matches() or not proc.is_running():
@@ -265,6 +314,8 @@ def _signal_verified(proc: psutil.Process, sig: int) -> bool:
     The pidfd is opened first and the identity checked after: if the check
     passes, the pidfd refers to that process and cannot be redirected.
     """
+    import psutil
+
     try:
         pidfd = os.pidfd_open(proc.pid)
     except ProcessLookupError:
@@ -297,6 +348,8 @@ def _verified_pgid(proc: psutil.Process) -> int | None:
 
 
 def _is_live(proc: psutil.Process) -> bool:
+    import psutil
+
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):

@@ -22,9 +22,10 @@ from typing import Any, Callable
 from cronctl import control, ops, procs
 from cronctl.claims import Owner
 from cronctl.context import Context
-from cronctl.engine import Engine, EngineOptions
+from cronctl.engine import PRESPAWN_LEAD, Engine, EngineOptions
 from cronctl.errors import CronctlError, SchedulerRunningError
 from cronctl.heal import HealReport, Liveness, bump, heal_pass
+from cronctl.heal import _suspects as heal_suspects
 from cronctl.leader import SchedulerLock, lock_holder, read_json, write_json_atomic
 from cronctl.liveness import lease_checker, owner_alive
 from cronctl.models import AuditEvent
@@ -124,6 +125,8 @@ class Scheduler:
         self.supervisor: Supervisor | None = None
         self.engine: Engine | None = None
         self.takeover_reason: str | None = None
+        self._heal_source: dict[str, Any] | None = None
+        self._heal_doc: dict[str, Any] = {}
         self.metrics = MetricsFile(options.metrics_file)
 
     # --- life ----------------------------------------------------------------------
@@ -156,7 +159,9 @@ class Scheduler:
         self.supervisor = self._supervisor_factory(on_result=self._on_result, subreaper=True)
         gen_id = self._new_generation_id()
         self.engine = Engine(self.ctx, self.supervisor, self._owner(gen_id),
-                             EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel),
+                             EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
+                                           # --once fires what is due now, never a slot still ahead
+                                           prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
                              wake=self.wake)
         self.supervisor.start()
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
@@ -314,12 +319,25 @@ class Scheduler:
         self._last_heal = time.monotonic()
         live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
         report = heal_pass(self.ctx, self.ctx.clock.now(), live, kill_run_processes,
-                           supervised=self.engine.active.keys())
+                           supervised=self.engine.active.keys(), doc=self._heal_view())
         for job, run_id in report.deadline_terminated:
             self.engine.active.pop(run_id, None)
         if report.anything:
             self.wake.set()
         return report
+
+    def _heal_view(self) -> dict[str, Any]:
+        """The engine's cached document cut down to the jobs heal_pass looks at.
+
+        Rebuilt only when the store file changed: an idle tick then costs one stat and
+        a look at the few suspect jobs, however many jobs there are.
+        """
+        assert self.engine is not None
+        doc = self.engine.doc
+        if doc is not self._heal_source:
+            self._heal_source = doc
+            self._heal_doc = {**doc, "jobs": dict(heal_suspects(doc))}
+        return self._heal_doc
 
     def _serve_control(self) -> None:
         assert self.engine is not None
