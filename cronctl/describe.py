@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from cronctl.durations import format_duration
 from cronctl.models import JobSpec
 from cronctl.schedule import describe_cron, parse_cron
@@ -19,6 +21,7 @@ def describe(spec: JobSpec) -> str:
     return describe_expression(spec.cron)
 
 
+@lru_cache(maxsize=4096)
 def describe_expression(expr: str) -> str:
     """cron-descriptor's wording, corrected to Debian's day rule.
 
