@@ -61,3 +61,21 @@ def subprocess_env(home: Path) -> dict[str, str]:
     env["CRONCTL_HOME"] = str(home)
     env["NO_COLOR"] = "1"
     return env
+
+
+# The runner tests' fixtures (tests/runnerhelp.py has the pieces).
+@pytest.fixture
+def results():  # type: ignore[no-untyped-def]
+    from runnerhelp import Results
+
+    return Results()
+
+
+@pytest.fixture
+def supervisor(results):  # type: ignore[no-untyped-def]
+    from cronctl.runner import Supervisor
+
+    sup = Supervisor(on_result=results)
+    sup.start()
+    yield sup
+    sup.shutdown(wait=30)

@@ -9,10 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,58 +17,12 @@ import psutil
 import pytest
 
 from cronctl import procs
-from cronctl.runner import BlockedConfig, RunRequest, RunResult, SpawnError, Supervisor, spawn_session
+from cronctl.runner import BlockedConfig, SpawnError, Supervisor, spawn_session
+from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-class Results:
-    def __init__(self) -> None:
-        self.by_id: dict[str, RunResult] = {}
-        self._cond = threading.Condition()
-
-    def __call__(self, result: RunResult) -> None:
-        with self._cond:
-            self.by_id[result.run_id] = result
-            self._cond.notify_all()
-
-    def wait(self, run_id: str, timeout: float = 20.0) -> RunResult:
-        with self._cond:
-            assert self._cond.wait_for(lambda: run_id in self.by_id, timeout), f"no result for {run_id}"
-            return self.by_id[run_id]
-
-
-@pytest.fixture
-def results() -> Results:
-    return Results()
-
-
-@pytest.fixture
-def supervisor(results: Results) -> Iterator[Supervisor]:
-    sup = Supervisor(on_result=results)
-    sup.start()
-    yield sup
-    sup.shutdown(wait=30)
-
-
-def request(tmp_path: Path, command: str | tuple[str, ...], **overrides: Any) -> RunRequest:
-    run_id = uuid.uuid4().hex
-    env = {"CRONCTL_JOB": "job", "CRONCTL_RUN_ID": run_id}
-    env.update(overrides.pop("env", {}))
-    fields: dict[str, Any] = {
-        "run_id": run_id,
-        "job": "job",
-        "command": command,
-        "cwd": None,
-        "env": env,
-        "timeout": 30.0,
-        "kill_grace": 2.0,
-        "log_path": tmp_path / "runs" / f"{run_id}.log",
-    }
-    fields.update(overrides)
-    return RunRequest(**fields)
 
 
 def open_fds() -> list[str]:
