@@ -14,9 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -122,7 +123,7 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], com
 def machine_note() -> str:
     load = os.getloadavg()
     return (f"{os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at "
-            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, Python {sys.version.split()[0]}")
+            f"{datetime.now(UTC).isoformat(timespec='seconds')}, Python {sys.version.split()[0]}")
 
 
 def save_results(results_dir: Path | None, name: str, data: dict[str, Any], text: str) -> None:
@@ -207,8 +208,8 @@ def stop_loop(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
 def ensure_peers(install: bool) -> bool:
     """APScheduler 3.11 + SQLAlchemy importable? With `install`, pip-install the bench extra's pins."""
     try:
-        import apscheduler  # noqa: F401
-        import sqlalchemy  # noqa: F401
+        import apscheduler
+        import sqlalchemy
 
         return apscheduler.__version__.startswith("3.")
     except ImportError:
@@ -216,7 +217,7 @@ def ensure_peers(install: bool) -> bool:
             return False
     subprocess.run([PYTHON, "-m", "pip", "install", "-q", "APScheduler>=3.11,<4", "SQLAlchemy>=2"], check=False)
     try:
-        import apscheduler  # noqa: F401
+        import apscheduler
         import sqlalchemy  # noqa: F401
     except ImportError:
         return False
@@ -224,7 +225,7 @@ def ensure_peers(install: bool) -> bool:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def next_instant(lead: float) -> datetime:

@@ -19,8 +19,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    PYTHON, bench_env, cronctl_cmd, machine_note, median, new_workdir, pct, populate, save_results, table,
+from _common import (
+    PYTHON,
+    bench_env,
+    cronctl_cmd,
+    machine_note,
+    median,
+    new_workdir,
+    pct,
+    populate,
+    save_results,
+    table,
 )
 
 

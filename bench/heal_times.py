@@ -22,14 +22,23 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    bench_env, cronctl_cmd, machine_note, median, new_workdir, save_results, start_loop, stop_loop, table,
-    wait_for, wait_ticking,
+from _common import (
+    bench_env,
+    cronctl_cmd,
+    machine_note,
+    median,
+    new_workdir,
+    save_results,
+    start_loop,
+    stop_loop,
+    table,
+    wait_for,
+    wait_ticking,
 )
 
 LEASE = 2.0
@@ -110,7 +119,7 @@ def expired_lease(trials: int) -> list[float]:
             expires_wall = time.time() + LEASE
             run_id = f"leaked-{trial:03d}-{os.getpid()}"
             with ctx.store.transaction() as doc:
-                now = datetime.now(timezone.utc)
+                now = datetime.now(UTC)
                 doc["jobs"]["leaky"]["state"]["claims"][run_id] = {
                     "run_id": run_id, "slot": now.isoformat(timespec="milliseconds"), "trigger": "force",
                     "attempt": 1, "owner": {"generation": "leaked", "pid": hb["pid"], "start_time": hb["start_time"],

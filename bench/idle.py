@@ -18,9 +18,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    PYTHON, ensure_peers, fmt, machine_note, new_workdir, populate, proc_cpu_seconds, save_results, start_loop,
-    stop_loop, table, vm_hwm_mib, vm_rss_mib, wait_ticking,
+from _common import (
+    PYTHON,
+    ensure_peers,
+    fmt,
+    machine_note,
+    new_workdir,
+    populate,
+    proc_cpu_seconds,
+    save_results,
+    start_loop,
+    stop_loop,
+    table,
+    vm_hwm_mib,
+    vm_rss_mib,
+    wait_ticking,
 )
 
 SETTLE = 5.0

@@ -32,14 +32,27 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    PYTHON, bench_env, cronctl_cmd, ensure_peers, fmt, machine_note, new_workdir, pct, proc_cpu_seconds,
-    save_results, start_loop, stop_loop, table, threads_of, wait_ticking,
+from _common import (
+    PYTHON,
+    bench_env,
+    cronctl_cmd,
+    ensure_peers,
+    fmt,
+    machine_note,
+    new_workdir,
+    pct,
+    proc_cpu_seconds,
+    save_results,
+    start_loop,
+    stop_loop,
+    table,
+    threads_of,
+    wait_ticking,
 )
 
 LINE = 'date "+%s.%N {name}" >> {ledger}'
@@ -98,7 +111,7 @@ class Sampler:
                 return
             self._stop.wait(0.01)
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
         self.cpu = proc_cpu_seconds(self.pid) - self.cpu_start

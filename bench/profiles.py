@@ -24,10 +24,19 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    PYTHON, bench_env, cronctl_cmd, machine_note, new_workdir, pct, populate, start_loop, stop_loop, wait_ticking,
+from _common import (
+    PYTHON,
+    bench_env,
+    cronctl_cmd,
+    machine_note,
+    new_workdir,
+    pct,
+    populate,
+    start_loop,
+    stop_loop,
+    wait_ticking,
 )
-from lateness import job_line  # noqa: E402
+from lateness import job_line
 
 
 def summarize_spy(raw: Path, top: int = 15) -> str:

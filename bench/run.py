@@ -15,18 +15,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import cli_latency  # noqa: E402
-import heal_times  # noqa: E402
-import idle  # noqa: E402
-import lateness  # noqa: E402
-import scale  # noqa: E402
-from _common import machine_note  # noqa: E402
+import cli_latency
+import heal_times
+import idle
+import lateness
+import scale
+from _common import machine_note
 
 ORDER = ("scale", "idle", "lateness", "cli", "heal")
 
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--install-peers", action="store_true", help="pip-install APScheduler, apt-get cron")
     parser.add_argument("--no-cron", action="store_true")
     args = parser.parse_args()
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     results = args.results or HERE / "results" / stamp
     results.mkdir(parents=True, exist_ok=True)
     quick = ["--quick"] if args.quick else []

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import os
 import sys
 import time
 from datetime import timedelta
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median, ms, new_workdir, populate, save_results, table  # noqa: E402
+from _common import median, new_workdir, populate, save_results, table
 
 DUE = 500
 

@@ -28,8 +28,10 @@ from cronctl.runner import BlockedConfig, RunRequest, RunResult, SpawnError, Sup
 from cronctl.timefmt import from_iso, to_iso
 
 LOG_CAP = 1_000_000
-# How long before its instant a slot is claimed and its child spawned at the gate.
+# How long before its instant a slot is claimed and its child spawned at the gate, at
+# least; more when many children are due at once (SPAWN_COST_START each, then measured).
 PRESPAWN_LEAD = 2.0
+SPAWN_COST_START = 0.004
 # The "dispatched" write of runs claimed ahead is made this much (plus twice the last
 # such write's duration) before their instant, then the supervisor opens their gates.
 RELEASE_MARGIN = 0.05
@@ -121,6 +123,8 @@ class Engine:
         # Runs handed back before their gate opened: their not_started result is no news.
         self._discarded: set[str] = set()
         self._release_write = 0.0  # seconds the last release write took
+        self._spawn_cost = SPAWN_COST_START  # seconds per gated child, as last measured
+        self._ahead_count = 0  # slots that fire with (or within a second of) the next one
         self._lateness: list[float] = []  # observed, not yet persisted (runs claimed ahead)
         self._quiet_until: datetime | None = None  # no result recording before (a burst starts)
         self._last_renew = ctx.clock.monotonic()
@@ -205,7 +209,7 @@ class Engine:
             return
         self._signature = signature
         self._doc = doc
-        self._next_due, self._next_ahead = next_instants(doc)
+        self._next_due, self._next_ahead, self._ahead_count = next_instants(doc)
 
     def sleep_hint(self) -> float:
         now = self.ctx.clock.now()
@@ -266,8 +270,11 @@ class Engine:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         spawned: list[Dispatched] = []
         refused: list[tuple[NewClaim, Outcome | None, Event]] = []
+        began = self.ctx.clock.monotonic()
         for new in batch.claims:
             self._spawn_one(new, spawned, refused)
+        if spawned:
+            self._spawn_cost = max(0.0005, (self.ctx.clock.monotonic() - began) / len(batch.claims))
         self._release_refused(refused)
         by_id = {new.run_id: new for new in batch.claims}
         for run in spawned:
@@ -280,9 +287,10 @@ class Engine:
         return len(spawned)
 
     def _lead(self) -> float:
-        """The configured lead, plus room for the two store writes a big store makes slow
-        (the claim ahead, then the release; the last release write tells their cost)."""
-        return self.options.prespawn_lead + 3 * self._release_write
+        """The configured lead, plus twice the time to spawn the children due together, plus
+        room for the two store writes a big store makes slow (the claim ahead, then the
+        release; the last release write tells their cost)."""
+        return self.options.prespawn_lead + 2 * self._ahead_count * self._spawn_cost + 3 * self._release_write
 
     def _release_margin(self) -> timedelta:
         return timedelta(seconds=RELEASE_MARGIN + 2 * self._release_write)
@@ -618,14 +626,15 @@ class Engine:
             self.ctx.audit.append(event.name, **event.details)
 
 
-def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
-    """(earliest_fire(doc), the earliest slot that may be claimed ahead), in one pass."""
-    ahead: datetime | None = None
-    for entry in doc["jobs"].values():
-        when = claims_mod.ahead_fire(entry)
-        if when is not None and (ahead is None or when < ahead):
-            ahead = when
-    return earliest_fire(doc), ahead
+def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
+    """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
+    fire within a second of that one (whose children are to be spawned together)."""
+    fires = [when for entry in doc["jobs"].values() if (when := claims_mod.ahead_fire(entry)) is not None]
+    if not fires:
+        return earliest_fire(doc), None, 0
+    ahead = min(fires)
+    together = sum(1 for when in fires if (when - ahead).total_seconds() <= 1.0)
+    return earliest_fire(doc), ahead, together
 
 
 def _changed_since_claim(doc: dict[str, Any], held: HeldRun, owner: Owner) -> str | None:

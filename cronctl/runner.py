@@ -80,8 +80,9 @@ _FINAL_READS = 16
 _SURVIVOR_POLL = 0.05
 # A run that ended is looked for leftovers in a pass over /proc. Passes asked for
 # within this long are made as one: when hundreds of runs end together, one pass
-# per select() round would take the CPU their siblings need to start.
-_LEFTOVER_SCAN_COALESCE = 0.05
+# per select() round would take the CPU their siblings need to start. A result
+# waits for it, so this is how much later a run's end may be recorded.
+_LEFTOVER_SCAN_COALESCE = 0.25
 # In subreaper mode orphans exit without telling us; look for them this often.
 _ORPHAN_REAP_INTERVAL = 0.25
 # With no run at all, only a leftover of an earlier run can end: looked for less often,
