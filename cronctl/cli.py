@@ -455,21 +455,22 @@ def status(
 
     Example: cronctl status --stale || alert "cron is stale"
     """
-    from cronctl import render, runops
+    from cronctl import render
+    from cronctl.statusops import status as status_report, status_json
 
     ctx = _ctx()
     if watch:
         from datetime import datetime
 
-        def frame() -> Any:
-            data = _status_json(runops.status(ctx), ctx, only_stale=stale)
+        def frame() -> list[str]:
+            data = status_json(status_report(ctx), only_stale=stale)
             title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
-            return render.status_renderable(data, stale, title=title)
+            return [title, *render.status_lines(data, stale)]
 
         render.watch(frame, interval)
         return
-    report = runops.status(ctx)
-    data = _status_json(report, ctx, only_stale=stale)
+    report = status_report(ctx)
+    data = status_json(report, only_stale=stale)
     if json_out:
         render.print_json(data)
     else:
@@ -591,25 +592,6 @@ def _job_json(view: Any, ctx: Any) -> dict[str, Any]:
     return data
 
 
-def _status_json(report: Any, ctx: Any, only_stale: bool) -> dict[str, Any]:
-    jobs = report.stale_jobs if only_stale else report.jobs
-    return {
-        "loop": report.loop.to_dict(),
-        "loop_stale": report.loop.stale and bool(report.jobs),
-        "stale": report.stale,
-        "counters": report.counters,
-        "jobs": [
-            {
-                "name": j.view.spec.name, "state": j.health.state, "reason": j.health.reason,
-                "fault": j.health.fault, "schedule": j.view.spec.schedule_text,
-                "next_run_at": j.view.state.get("next_run_at"), "last_run_at": j.view.state.get("last_run_at"),
-                "last_status": j.view.state.get("last_status"), "running": sorted(j.view.claims),
-            }
-            for j in jobs
-        ],
-    }
-
-
 def _job_row(view: Any, ctx: Any) -> dict[str, Any]:
     from cronctl.describe import describe
     from cronctl.timefmt import from_iso
@@ -699,59 +681,29 @@ def _click_command() -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the app; the only place a CronctlError becomes a message and an exit code."""
-    from cronctl.errors import ConfigError, CronctlError
+    """Run the app; exits.run turns a CronctlError into a message and an exit code."""
+    from cronctl import exits
 
     args = sys.argv[1:] if argv is None else argv
+    exits.run(lambda: _run_click(args))
+
+
+def _run_click(args: list[str]) -> int | None:
+    """The click layer's own ways out, as exit codes; everything else is exits.run's."""
     try:
         code = _click_command().main(args=args, prog_name="cronctl", standalone_mode=False)
-    except ConfigError as exc:
-        from cronctl.render import error
-
-        for problem in exc.problems:
-            error(problem)
-        sys.exit(exc.exit_code)
-    except CronctlError as exc:
-        from cronctl.render import error
-
-        error(str(exc))
-        sys.exit(exc.exit_code)
     except typer.Abort:
         print("cronctl: aborted", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        # The reader went away (`cronctl list | head -1`). Exit 1 quietly, as click and rich
-        # do when they meet it first; stdout goes to /dev/null so the final flush is quiet too.
-        import os
-
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):  # stdout without a descriptor (captured in tests)
-            pass
-        sys.exit(1)
+        return exc.exit_code
     except Exception as exc:
         # Usage errors of the (possibly vendored) click layer: they know how to show themselves.
         if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
-            _internal_error(exc)
+            raise
         exc.show()
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-def _internal_error(exc: BaseException) -> None:
-    """A bug: say so plainly; the traceback only on request."""
-    import os
-    import traceback
-
-    if os.environ.get("CRONCTL_DEBUG"):
-        traceback.print_exc()
-    print(f"cronctl: internal error: {type(exc).__name__}: {exc} "
-          "(set CRONCTL_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
-    sys.exit(1)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
 
 
 # Commands that live in their own modules register themselves on `app`.

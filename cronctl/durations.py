@@ -7,9 +7,9 @@ timestamps at millisecond precision; keeping durations on the same grid means
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from decimal import Decimal, InvalidOperation
 
 from cronctl.errors import DurationError
 
@@ -72,6 +72,9 @@ def _parse_number(value: int | float, field: str) -> float:
     raise _error(value, field, f"a bare number is ambiguous; {_HINT}")
 
 
+# Every read of the store parses each job's durations again, and a store holds few
+# distinct spellings ("1h", "10s", ...): remember them. Errors are raised, never cached.
+@functools.lru_cache(maxsize=4096)
 def _parse_text(value: str, field: str) -> float:
     text = value.strip()
     if not text:
@@ -103,6 +106,8 @@ def _decimal_ms(value: str, text: str, field: str) -> int | None:
     match = _DECIMAL.fullmatch(text)
     if match is None:
         return None
+    from decimal import Decimal, InvalidOperation  # here: rare, and every command parses durations
+
     try:
         exact = Decimal(match["num"]) * _UNIT_MS[match["unit"]]
     except InvalidOperation:

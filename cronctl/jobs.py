@@ -54,8 +54,8 @@ class JobView:
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> JobView:
-        spec_part = {k: v for k, v in entry.items() if k != "state"}
-        return cls(JobSpec.from_dict(spec_part), entry.get("state") or {})
+        # from_dict takes the spec's fields and leaves "state" aside.
+        return cls(JobSpec.from_dict(entry), entry.get("state") or {})
 
     @property
     def next_run_at(self) -> datetime | None:

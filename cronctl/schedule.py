@@ -20,7 +20,6 @@ also fire at the second occurrence of each repeated wall time.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from bisect import bisect_left, bisect_right
@@ -641,6 +640,8 @@ def jitter_offset(name: str, jitter_s: float) -> float:
     """
     if jitter_s <= 0:
         return 0.0
+    import hashlib  # here: only jittered jobs need it, and read commands start faster without
+
     digest = hashlib.sha256(name.encode("utf-8")).digest()
     fraction = (int.from_bytes(digest[:8], "big") >> 11) / float(1 << 53)
     offset = math.floor(fraction * jitter_s * 1000) / 1000

@@ -103,3 +103,32 @@ def test_the_loop_prints_one_line_per_decision() -> None:
                       "reason": "coalesced", "catchup": "latest"}) == \
         "13:11:23 ok               missed    3 slot(s) (coalesced, catchup latest)"
     assert loop_line({"ts": "2026-12-02T13:11:23.100+00:00", "event": "job.added", "job": "x"}) is None
+
+
+# --- plain tables -------------------------------------------------------------------------
+
+
+def test_table_rows_stay_one_line_each_and_wide_characters_line_up() -> None:
+    from cronctl.render import columns
+
+    lines = columns(("NAME", "COMMAND", "LAST"), [("日本", "echo a\necho\tb", "x"), ("b", "\x1b[31mred", "-")])
+    assert lines == [
+        "NAME  COMMAND          LAST",
+        "日本  echo a\\necho\\tb  x",
+        "b     \\x1b[31mred      -",
+    ]
+
+
+def test_a_multi_line_command_is_one_row_of_list_status_and_history(home: Path) -> None:
+    import json
+
+    env = subprocess_env(home)
+    run = lambda *args: subprocess.run([*cronctl_bin(), *args], env=env, capture_output=True, text=True,  # noqa: E731
+                                       timeout=60, check=True)
+    run("add", "two-lines", "--every", "1h", "--", "echo one\necho two")
+    assert "echo one\\necho two" in run("list").stdout.splitlines()[1]
+    assert run("status").stdout.splitlines()[-1].startswith("two-lines  ")
+    run("force-run", "two-lines")
+    history = run("history").stdout.splitlines()
+    assert len(history) == 2 and history[1].startswith("two-lines  ")
+    assert json.loads(run("history", "--json").stdout)["runs"][0]["status"] == "success"
