@@ -218,15 +218,25 @@ def _pipe() -> tuple[int, int]:
     among 0-3 could be overwritten by an earlier dup2 of the file actions.
     """
     r, w = os.pipe()
-    return _lift(r), _lift(w)
+    try:
+        r = _lift(r)
+    except OSError:
+        os.close(w)
+        raise
+    try:
+        return r, _lift(w)
+    except OSError:
+        os.close(r)
+        raise
 
 
 def _lift(fd: int) -> int:
     if fd > GATE_FD:
         return fd
-    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, GATE_FD + 1)
-    os.close(fd)
-    return high
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, GATE_FD + 1)
+    finally:
+        os.close(fd)  # also when there is no fd left to lift it to (EMFILE)
 
 
 def _close_all(fds: Iterable[int | None]) -> None:

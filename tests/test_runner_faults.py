@@ -141,9 +141,9 @@ EMFILE_SCRIPT = textwrap.dedent(
                 left -= 1
             n += 1
 
-    # 0: the log cannot be opened; 1: the gate pipe cannot; 3: the output
-    # pipe cannot, after the gate pipe was made (that one must be closed again).
-    for free in (0, 1, 3):
+    # 0: the log cannot be opened; 1, 2: the gate pipe cannot; 3, 4: the output pipe
+    # cannot, after the gate pipe was made (that one must be closed again).
+    for free in (0, 1, 2, 3, 4):
         run_id = uuid.uuid4().hex
         req = RunRequest(run_id=run_id, job="j", command="echo never", cwd=None,
                          env={"CRONCTL_RUN_ID": run_id}, timeout=0, kill_grace=1,
@@ -169,7 +169,7 @@ def test_a_real_emfile_is_a_spawn_error_leaving_nothing_behind(tmp_path: Path) -
     script = [sys.executable, "-c", EMFILE_SCRIPT, str(tmp_path)]
     out = subprocess.run(script, check=False, capture_output=True, text=True, timeout=50, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == ["0 EMFILE", "1 EMFILE", "3 EMFILE"]
+    assert out.stdout.split("\n")[:5] == ["0 EMFILE", "1 EMFILE", "2 EMFILE", "3 EMFILE", "4 EMFILE"]
 
 
 NPROC_SCRIPT = textwrap.dedent(
