@@ -29,7 +29,7 @@ def main() -> None:
         # tenth of the command at 1,000 jobs) than the little garbage it could free.
         gc.disable()
 
-        exits.run(lambda: fastpath.run(status_args))
+        exits.run(lambda: fastpath.run(status_args), skip_teardown=True)
     from cronctl.cli import main as cli_main
 
     cli_main()

@@ -11,12 +11,21 @@ import sys
 from typing import Callable, NoReturn
 
 
-def run(command: Callable[[], int | None]) -> NoReturn:
-    """Run `command` and exit with its code (None means 0)."""
+def run(command: Callable[[], int | None], *, skip_teardown: bool = False) -> NoReturn:
+    """Run `command` and exit with its code (None means 0).
+
+    skip_teardown: after a success, flush and leave without the interpreter's teardown
+    (freeing every object one by one: a tenth of `status --json` at 1,000 jobs). Only
+    for a command that holds nothing needing cleanup: no lock, no child, no open write.
+    """
     from cronctl.errors import ConfigError, CronctlError
 
     try:
         code = command()
+        if skip_teardown:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code if isinstance(code, int) else 0)
     except ConfigError as exc:
         from cronctl.render import error
 
