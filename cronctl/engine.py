@@ -167,11 +167,8 @@ class Engine:
         self._refresh_next_due()
         if self._next_due is None or self._next_due > now:
             return 0
-        capacity = None
-        if self.options.max_parallel is not None:
-            capacity = max(0, self.options.max_parallel - len(self.active))
+        capacity = self._capacity()
         if capacity == 0:
-            self._saturated = True
             return 0
         with self.ctx.store.transaction() as doc:
             batch = claims_mod.claim_due(doc, now, self.owner, self.lease(), capacity)
@@ -249,12 +246,9 @@ class Engine:
         now = self.ctx.clock.now()
         if self._next_ahead is None or self._next_ahead - now > timedelta(seconds=lead):
             return 0
-        capacity = None
-        if self.options.max_parallel is not None:
-            capacity = max(0, self.options.max_parallel - len(self.active))
-            if capacity == 0:
-                self._saturated = True
-                return 0
+        capacity = self._capacity()
+        if capacity == 0:
+            return 0
         try:
             with self.ctx.store.transaction() as doc:
                 batch = claims_mod.claim_ahead(doc, now, now + timedelta(seconds=lead), self.owner, self.lease(),
@@ -268,14 +262,10 @@ class Engine:
             return 0
         if os.environ.get(CRASH_ENV) == "after_claim":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
-        spawned: list[Dispatched] = []
-        refused: list[tuple[NewClaim, Outcome | None, Event]] = []
         began = self.ctx.clock.monotonic()
-        for new in batch.claims:
-            self._spawn_one(new, spawned, refused)
+        spawned = self._spawn_all(batch.claims)
         if spawned:
             self._spawn_cost = max(0.0005, (self.ctx.clock.monotonic() - began) / len(batch.claims))
-        self._release_refused(refused)
         by_id = {new.run_id: new for new in batch.claims}
         for run in spawned:
             new = by_id[run.run_id]
@@ -406,11 +396,7 @@ class Engine:
             for old in new.replaces:
                 if old in self.active:
                     self.supervisor.kill(old, "replaced")
-        spawned: list[Dispatched] = []
-        refused: list[tuple[NewClaim, Outcome | None, Event]] = []
-        for new in batch.claims:
-            self._spawn_one(new, spawned, refused)
-        self._release_refused(refused)
+        spawned = self._spawn_all(batch.claims)
         if not spawned:
             return
         now = self.ctx.clock.now()
@@ -433,6 +419,24 @@ class Engine:
             self.ctx.audit.append(AuditEvent.RUN_STARTED, job=run.job, run_id=run.run_id,
                                   slot=self.active[run.run_id].slot, pid=run.pid,
                                   attempt=self.active[run.run_id].attempt)
+
+    def _capacity(self) -> int | None:
+        """How many more runs --max-parallel allows (None: no limit); 0 marks us saturated."""
+        if self.options.max_parallel is None:
+            return None
+        capacity = max(0, self.options.max_parallel - len(self.active))
+        if capacity == 0:
+            self._saturated = True
+        return capacity
+
+    def _spawn_all(self, claims: list[NewClaim]) -> list[Dispatched]:
+        """Spawn every claimed run at its gate; the ones that cannot start give their claim back."""
+        spawned: list[Dispatched] = []
+        refused: list[tuple[NewClaim, Outcome | None, Event]] = []
+        for new in claims:
+            self._spawn_one(new, spawned, refused)
+        self._release_refused(refused)
+        return spawned
 
     def _spawn_one(self, new: NewClaim, spawned: list[Dispatched],
                    refused: list[tuple[NewClaim, Outcome | None, Event]]) -> None:
