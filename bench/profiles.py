@@ -83,7 +83,7 @@ def burst(k: int, results: Path) -> str:
     text = [f"## burst: K={k}, one instant, `cronctl run --max-parallel {k}`",
             f"lateness of this instant: p50 {pct(starts, 50) * 1e3:.0f} ms, p99 {pct(starts, 99) * 1e3:.0f} ms "
             f"(n={len(starts)})", "", "py-spy of the loop from 0.5 s before the instant, 2 s, 250 Hz:",
-            summarize_spy(raw), "", children_cpu(k)]
+            summarize_spy(raw), "", children_cpu(k), "", exec_floor()]
     return "\n".join(text)
 
 
@@ -136,11 +136,36 @@ def children_cpu(k: int) -> str:
             f"the clock. Their lateness here: p50 {pct(starts, 50) * 1e3:.0f} ms, p99 {pct(starts, 99) * 1e3:.0f} ms.")
 
 
+def exec_floor(rounds: int = 200) -> str:
+    """CPU of one child that does nothing but exist: spawned, exec'd and reaped one at a
+    time, so that no sibling competes. A burst of K children needs at least K times this."""
+    work = new_workdir("prof-exec")
+    ledger = work / "ledger"
+    cases = [("/bin/true", ["/bin/true"]), ("date +%s.%N", ["/bin/date", "+%s.%N"]),
+             ("sh -c 'date ... >> ledger' (the benchmark's job)", ["/bin/sh", "-c", job_line("j0000", ledger)])]
+    rows = []
+    for label, argv in cases:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            pid = os.posix_spawn(argv[0], argv, os.environ,
+                                 file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+            os.waitpid(pid, 0)
+        wall = (time.perf_counter() - started) / rounds
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) / rounds
+        rows.append(f"- {label}: {cpu * 1e3:.2f} ms CPU, {wall * 1e3:.2f} ms wall per child ({rounds} in a row)")
+    return "One child alone (posix_spawn, exec, exit, reaped; nothing else running):\n" + "\n".join(rows)
+
+
 def status(n: int, results: Path) -> str:
     home = new_workdir("prof-status") / "home"
     populate(home, n)
     out = results / f"pyinstrument-status-{n}.txt"
-    subprocess.run([PYTHON, "-m", "pyinstrument", "-i", "0.001", "-o", str(out), "-m", "cronctl", "status", "--json"],
+    # The fast path itself rather than the console script: that one leaves with os._exit,
+    # before pyinstrument could write its report.
+    code = "from cronctl import fastpath; fastpath.run(fastpath.parse(['status', '--json']))"
+    subprocess.run([PYTHON, "-m", "pyinstrument", "-i", "0.001", "-o", str(out), "-c", code],
                    env=bench_env(home), check=True, stdout=subprocess.DEVNULL)
     return f"## `cronctl status --json` at {n:,} jobs (pyinstrument)\n\n" + out.read_text()
 
