@@ -79,7 +79,7 @@ def render_values(values: Collection[int], low: int, high: int) -> str:
     step = _step_of(ordered, high)
     if step is not None:
         return f"{ordered[0]:02d}/{step}"
-    return ",".join(_run_text(run, "{:02d}".format, "..") for run in _runs(ordered))
+    return ",".join(_run_text(run, "{:02d}".format, "..") for run in consecutive_runs(ordered))
 
 
 def render_weekdays(weekdays: Collection[int]) -> str | None:
@@ -87,7 +87,8 @@ def render_weekdays(weekdays: Collection[int]) -> str | None:
     if frozenset(weekdays) == ALL_WEEKDAYS:
         return None
     positions = sorted(_WEEK_ORDER.index(day) for day in weekdays)
-    return ",".join(_run_text(run, lambda p: _WEEKDAY_NAMES[_WEEK_ORDER[p]], "..") for run in _runs(positions))
+    name = lambda position: _WEEKDAY_NAMES[_WEEK_ORDER[position]]  # noqa: E731
+    return ",".join(_run_text(run, name, "..") for run in consecutive_runs(positions))
 
 
 def _step_of(ordered: Sequence[int], high: int) -> int | None:
@@ -102,7 +103,8 @@ def _step_of(ordered: Sequence[int], high: int) -> int | None:
     return step
 
 
-def _runs(ordered: Sequence[int]) -> list[list[int]]:
+def consecutive_runs(ordered: Sequence[int]) -> list[list[int]]:
+    """[1, 2, 3, 7, 9, 10] -> [[1, 2, 3], [7], [9, 10]]."""
     runs: list[list[int]] = []
     for value in ordered:
         if runs and value == runs[-1][-1] + 1:

@@ -96,8 +96,8 @@ def _boot_time() -> float:
     return value
 
 
-def _stat_start(pid: int) -> tuple[str, float] | None:
-    """(state letter, start time) of a pid, or None if there is no such process."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
     if pid <= 0:
         return None
     try:
@@ -106,7 +106,14 @@ def _stat_start(pid: int) -> tuple[str, float] | None:
     except OSError:
         return None
     # The command name may contain spaces and parentheses; it ends at the last ")".
-    fields = data[data.rindex(b")") + 2 :].split()
+    return data[data.rindex(b")") + 2 :].split()
+
+
+def _stat_start(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time) of a pid, or None if there is no such process."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
     return fields[0].decode(), float(fields[19]) / _CLK_TCK + _boot_time()
 
 
@@ -149,13 +156,9 @@ class _Stat:
 
 
 def _read_stat(pid: int) -> _Stat | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return None
-    # The command name may contain spaces and parentheses; it ends at the last ")".
-    fields = data[data.rindex(b")") + 2 :].split()
     return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
 
 

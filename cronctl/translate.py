@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from cronctl.oncalendar import ALL_DAYS, ALL_WEEKDAYS
+from cronctl.oncalendar import ALL_DAYS, ALL_WEEKDAYS, consecutive_runs
 from cronctl.schedule import CronExpr
 
 UTC = timezone.utc
@@ -72,19 +72,9 @@ def cron_values(values: Collection[int], low: int, high: int, allow_star: bool =
         if step >= 2 and ordered == list(range(ordered[0], ordered[-1] + 1, step)):
             return f"{ordered[0]}-{ordered[-1]}/{step}"
     items: list[str] = []
-    for run in _runs(ordered):
+    for run in consecutive_runs(ordered):
         items.append(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)))
     return ",".join(items)
-
-
-def _runs(ordered: list[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    for value in ordered:
-        if runs and value == runs[-1][-1] + 1:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
-    return runs
 
 
 def every_cron(seconds: float) -> str | None:

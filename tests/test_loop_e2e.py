@@ -183,6 +183,12 @@ class Loop:
         times = psutil.Process(self.pid).cpu_times()
         return times.user + times.system
 
+    def cpu_share_over(self, seconds: float) -> float:
+        """The loop's CPU as a share of one core while the test waits `seconds`."""
+        cpu_before, wall_before = self.cpu_seconds(), time.monotonic()
+        time.sleep(seconds)
+        return (self.cpu_seconds() - cpu_before) / (time.monotonic() - wall_before)
+
 
 @pytest.fixture
 def loops(home: Path, tmp_path: Path) -> Iterator[Callable[..., Loop]]:
@@ -365,9 +371,7 @@ def test_overlap_skip_never_runs_two_at_once_audits_every_skipped_slot_and_does_
     loop = loops()
     loop.wait_running()
 
-    cpu_before, wall_before = loop.cpu_seconds(), time.monotonic()
-    time.sleep(8.0)
-    cpu = (loop.cpu_seconds() - cpu_before) / (time.monotonic() - wall_before)
+    cpu = loop.cpu_share_over(8.0)
     assert loop.stop() == 0
 
     print(f"\nCPU of the loop during the overlap test: {cpu * 100:.1f}% of one core")
@@ -399,9 +403,7 @@ def test_a_full_max_parallel_neither_spins_the_loop_nor_starves_a_job(
     loop = loops("--max-parallel", "1")
     loop.wait_running()
 
-    cpu_before, wall_before = loop.cpu_seconds(), time.monotonic()
-    time.sleep(7.0)
-    cpu = (loop.cpu_seconds() - cpu_before) / (time.monotonic() - wall_before)
+    cpu = loop.cpu_share_over(7.0)
     assert loop.stop() == 0
 
     print(f"\nCPU of the loop while --max-parallel is full: {cpu * 100:.1f}% of one core")
