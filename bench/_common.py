@@ -55,9 +55,9 @@ def populate(home: Path, count: int, *, command: str = "true", every: str | None
     entries first.
     """
     from cronctl.context import Context
-    from cronctl.jobs import entry_from, new_state
+    from cronctl.jobs.state import entry_from, new_state
     from cronctl.models import JobSpec
-    from cronctl.planning import first_slot
+    from cronctl.schedule.slots import first_slot
 
     ctx = Context.open(home, clock=clock)
     now = ctx.clock.now()

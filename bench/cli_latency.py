@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ]
         # The floor under `status --json`: the interpreter and the modules it imports, no work.
         cases.append(("imports of status --json alone (python -c)",
-                      [PYTHON, "-c", "import cronctl.entry, cronctl.fastpath, cronctl.statusops, cronctl.render"],
+                      [PYTHON, "-c", "import cronctl.entry, cronctl.cli.fastpath, cronctl.ops.status, cronctl.cli.render"],
                       None))
         for label, cmd, vary in cases:
             values = timed(cmd or [], env, rounds, vary)

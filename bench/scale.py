@@ -39,7 +39,7 @@ class FakeSupervisor:
         pass
 
     def spawn_gated(self, req: Any) -> Any:
-        from cronctl.runner import Spawned
+        from cronctl.proc.supervisor import Spawned
 
         self.runs.add(req.run_id)
         return Spawned(req.run_id, next(self._pids), 1.0)
@@ -87,7 +87,7 @@ def _timed(fn: Any) -> float:
 
 
 def result_for(run_id: str) -> Any:
-    from cronctl.runner import RunResult
+    from cronctl.proc.supervisor import RunResult
 
     return RunResult(run_id=run_id, status="success", exit_code=0, signal=None, reason=None, started_mono=1.0,
                      ended_mono=1.5, duration=0.5, output_tail="ok\n", log_truncated=False, leftovers_killed=0)
@@ -95,8 +95,8 @@ def result_for(run_id: str) -> Any:
 
 def measure(size: int, rounds: int) -> dict[str, Any]:
     from cronctl.clock import FakeClock
-    from cronctl.engine import Engine, EngineOptions
-    from cronctl.scheduler import LoopOptions, Scheduler
+    from cronctl.loop.engine import Engine, EngineOptions
+    from cronctl.loop.scheduler import LoopOptions, Scheduler
     from cronctl.timefmt import to_iso
 
     work = new_workdir(f"scale-{size}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cronctl.audit import AuditLog
 from cronctl.clock import Clock, SystemClock
 from cronctl.paths import Paths, open_home
-from cronctl.store import Store
+from cronctl.store.audit import AuditLog
+from cronctl.store.jsonstore import Store
 
 
 @dataclass

@@ -17,19 +17,19 @@ def main() -> None:
         except BrokenPipeError:
             sys.exit(1)  # the reader went away: quietly, as every other command does
         return
-    from cronctl import fastpath
+    from cronctl.cli import fastpath
 
     status_args = fastpath.parse(argv)
     if status_args is not None:
         import gc
 
-        from cronctl import exits
+        from cronctl.cli import exits
 
         # One read and one answer, then exit: collecting cycles would cost more (about a
         # tenth of the command at 1,000 jobs) than the little garbage it could free.
         gc.disable()
 
         exits.run(lambda: fastpath.run(status_args), skip_teardown=True)
-    from cronctl.cli import main as cli_main
+    from cronctl.cli.main import main as cli_main
 
     cli_main()

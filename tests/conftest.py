@@ -33,7 +33,7 @@ class CliResult:
 @pytest.fixture
 def cli(home: Path, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     """Run cronctl in-process through its real entry point (error mapping included)."""
-    from cronctl.cli import main
+    from cronctl.cli.main import main
 
     def run(*args: str) -> CliResult:
         capsys.readouterr()
@@ -73,7 +73,7 @@ def results():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def supervisor(results):  # type: ignore[no-untyped-def]
-    from cronctl.runner import Supervisor
+    from cronctl.proc.supervisor import Supervisor
 
     sup = Supervisor(on_result=results)
     sup.start()

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cronctl.runner import RunRequest, RunResult
+from cronctl.proc.supervisor import RunRequest, RunResult
 
 
 class Results:

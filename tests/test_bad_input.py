@@ -29,7 +29,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cronctl.config import JOB_FIELDS
+from cronctl.jobs.jobfile import JOB_FIELDS
 
 Cli = Callable[..., Any]
 

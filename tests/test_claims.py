@@ -1,6 +1,6 @@
 """Claims as store transactions: claim_due, overlap, catchup, repeat, retries and fencing.
 
-Every test drives cronctl.claims through a real Store with explicit instants
+Every test drives cronctl.store.claims through a real Store with explicit instants
 (a FakeClock only dates the job definitions); nothing sleeps, nothing forks.
 """
 
@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 
-from cronctl import claims, heal, ops
-from cronctl.claims import ClaimBatch, Dispatched, Finished, Lease, Outcome, Owner
+from cronctl.store import claims
+
+from cronctl.loop import heal
+
+from cronctl.ops import definitions as ops
+from cronctl.store.claims import ClaimBatch, Dispatched, Finished, Lease, Outcome, Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
 from cronctl.models import AuditEvent, RunStatus

@@ -29,7 +29,7 @@ STAMP = "2026-03-01T12:00:00.000+00:00"
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     """The CLI's clock is this FakeClock (2026-03-01 12:00 UTC) until the test ends."""
-    from cronctl import cli as cli_module
+    from cronctl.cli import app as cli_module
 
     fake = FakeClock(NOW)
     monkeypatch.setitem(cli_module._state, "clock", fake)
@@ -61,8 +61,8 @@ def lines(*rows: str) -> str:
 def fake_claim(home: Path, job: str, run_id: str = "20260301T115900-deadbeef") -> None:
     """Give a job a live claim (owned by this test process), as a running loop would."""
     from cronctl.paths import Paths
-    from cronctl.procs import boot_id
-    from cronctl.store import Store
+    from cronctl.proc.identity import boot_id
+    from cronctl.store.jsonstore import Store
 
     with Store(Paths(home)).transaction() as doc:
         doc["jobs"][job]["state"]["claims"][run_id] = {
@@ -410,7 +410,7 @@ def test_remove_refuses_a_running_job_and_changes_nothing(cli: Cli, home: Path) 
 
 
 def test_remove_force_kills_the_running_processes_first(cli: Cli, home: Path) -> None:
-    from cronctl.procs import identify
+    from cronctl.proc.identity import identify
 
     cli("add", "backup", "--every", "1h", "--kill-grace", "2s", "--", "true")
     run_id = "20260301T115900-cafef00d"
@@ -418,7 +418,7 @@ def test_remove_force_kills_the_running_processes_first(cli: Cli, home: Path) ->
     try:
         fake_claim(home, "backup", run_id)
         from cronctl.paths import Paths
-        from cronctl.store import Store
+        from cronctl.store.jsonstore import Store
 
         ident = identify(child.pid)
         assert ident is not None
@@ -683,7 +683,7 @@ def test_apply_updates_changed_jobs_keeps_their_run_state_and_prunes_only_its_ow
     cli("apply", "-f", str(other))
     cli("add", "hand", "--every", "1h", "--", "true")
     from cronctl.paths import Paths
-    from cronctl.store import Store
+    from cronctl.store.jsonstore import Store
 
     with Store(Paths(home)).transaction() as doc:  # as if the loop had run it
         doc["jobs"]["nightly"]["state"].update(last_run_at=STAMP, last_status="success", runs_started=4)
@@ -1139,7 +1139,7 @@ def test_home_option_wins_over_the_environment(cli: Cli, home: Path, tmp_path: P
 
 
 def test_relative_times_are_written_the_way_an_operator_reads_them() -> None:
-    from cronctl.render import relative
+    from cronctl.cli.render import relative
 
     base = NOW
     cases = {0.2: "now", 59: "in 59s", 90: "in 1m30s", 3600: "in 1h", 5400: "in 1h30m", 36000: "in 10h",

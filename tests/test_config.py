@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cronctl.config import load_jobs_file
+from cronctl.jobs.jobfile import load_jobs_file
 from cronctl.errors import ConfigError
 from cronctl.models import Catchup, Overlap
 

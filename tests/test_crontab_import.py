@@ -15,15 +15,15 @@ import pytest
 import yaml
 from croniter import croniter
 
-from cronctl.config import load_jobs_file
-from cronctl.crontab_import import (
+from cronctl.jobs.jobfile import load_jobs_file
+from cronctl.interop.crontab_import import (
     import_crontab,
     program_slug,
     split_percent,
     unique_name,
 )
-from cronctl.crontab_yaml import quote, render_yaml
-from cronctl.schedule import cron_next, parse_cron
+from cronctl.interop.crontab_yaml import quote, render_yaml
+from cronctl.schedule.cron import cron_next, parse_cron
 
 UTC = timezone.utc
 SAMPLES = Path(__file__).parent / "data" / "crontabs"

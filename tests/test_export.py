@@ -21,12 +21,12 @@ import pytest
 import yaml
 from croniter import croniter
 
-from cronctl.crontab_import import import_crontab
-from cronctl.export import export_jobs
-from cronctl.export_kube import dns_name
-from cronctl.export_systemd import exec_line
+from cronctl.interop.crontab_import import import_crontab
+from cronctl.interop.export.formats import export_jobs
+from cronctl.interop.export.kubernetes import dns_name
+from cronctl.interop.export.systemd import exec_line
 from cronctl.models import Catchup, JobSpec, Overlap
-from cronctl.schedule import cron_next, parse_cron
+from cronctl.schedule.cron import cron_next, parse_cron
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cronctl import procs
+from cronctl.proc import identity as procs
 from cronctl.paths import Paths, open_home
-from cronctl.runner import RunRequest, RunResult, Supervisor
-from cronctl.store import Store, serialize
+from cronctl.proc.supervisor import RunRequest, RunResult, Supervisor
+from cronctl.store.jsonstore import Store, serialize
 
 
 @pytest.fixture

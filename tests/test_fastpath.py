@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cronctl import fastpath
+from cronctl.cli import fastpath
 from conftest import cronctl_bin, subprocess_env
 
 
@@ -37,7 +37,7 @@ def _both(home: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], sub
     """The same command through the console script (fast path) and through cli.main (typer)."""
     env = subprocess_env(home)
     fast = subprocess.run([*cronctl_bin(), *argv], env=env, capture_output=True, text=True, timeout=60)
-    typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli import main; main(sys.argv[1:])",
+    typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli.main import main; main(sys.argv[1:])",
                                 *argv], env=env, capture_output=True, text=True, timeout=60)
     return fast, typer_way
 
@@ -83,5 +83,5 @@ def test_the_fast_path_does_not_import_the_cli_framework(home: Path) -> None:
                           env=subprocess_env(home), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("{")
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "cronctl.statusops" in imported
+    assert "cronctl.ops.status" in imported
     assert not {name for name in imported if name.split(".")[0] in ("typer", "click", "rich", "pydantic")}

@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from cronctl import claims as claims_mod
-from cronctl.audit import AuditLog
-from cronctl.claims import Lease, Outcome, Owner
+from cronctl.store import claims as claims_mod
+from cronctl.store.audit import AuditLog
+from cronctl.store.claims import Lease, Outcome, Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
-from cronctl.heal import DEADLINE_SLACK, Liveness, heal_pass
-from cronctl.jobs import entry_from, new_state
-from cronctl.liveness import lease_checker
+from cronctl.loop.heal import DEADLINE_SLACK, Liveness, heal_pass
+from cronctl.jobs.state import entry_from, new_state
+from cronctl.proc.liveness import lease_checker
 from cronctl.models import JobSpec, RunStatus
 from cronctl.paths import open_home
-from cronctl.store import Store
+from cronctl.store.jsonstore import Store
 from cronctl.timefmt import to_iso
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -136,7 +136,7 @@ def test_lease_is_not_expired_at_its_exact_end_and_expired_just_after(ctx: Conte
 
 
 def test_real_lease_checker_uses_the_monotonic_clock_and_the_boot() -> None:
-    from cronctl.procs import boot_id
+    from cronctl.proc.identity import boot_id
 
     expired = lease_checker(monotonic=lambda: 100.0)
     assert not expired({"boot_id": boot_id(), "lease_until_mono": 100.0})

@@ -270,13 +270,13 @@ def test_claim_pointing_at_a_reused_pid_never_signals_the_decoy(home: Path) -> N
 
 def test_deadline_janitor_ends_a_real_run_whose_runner_timer_is_disabled(home: Path) -> None:
     """The runner-side timeout is switched off (a seam); the janitor must end the run for real."""
-    from cronctl.claims import Owner
+    from cronctl.store.claims import Owner
     from cronctl.context import Context
-    from cronctl.engine import Engine
-    from cronctl.heal import DEADLINE_SLACK, Liveness, heal_pass
-    from cronctl.procs import boot_id, identify
-    from cronctl.runner import Supervisor
-    from cronctl.scheduler import kill_run_processes
+    from cronctl.loop.engine import Engine
+    from cronctl.loop.heal import DEADLINE_SLACK, Liveness, heal_pass
+    from cronctl.proc.identity import boot_id, identify
+    from cronctl.proc.supervisor import Supervisor
+    from cronctl.proc.kill import kill_run_processes
 
     assert cli(home, "add", "stuck", "--every", "1s", "--timeout", "1s", "--kill-grace", "1s", "--",
                "trap '' TERM; sleep 300").returncode == 0

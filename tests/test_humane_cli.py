@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cronctl.cli import app
-from cronctl.describe import describe_expression
+from cronctl.cli.app import app
+from cronctl.jobs.words import describe_expression
 from tests.conftest import cronctl_bin, subprocess_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def test_cron_expressions_are_described_with_debians_day_rule(expr: str, words: 
 
 
 def test_the_loop_prints_one_line_per_decision() -> None:
-    from cronctl.render import loop_line
+    from cronctl.cli.render import loop_line
 
     assert loop_line({"ts": "2026-12-02T13:11:23.100+00:00", "event": "run.finished", "job": "bad",
                       "status": "error", "exit_code": 4, "duration_s": 0.25}) == \
@@ -109,7 +109,7 @@ def test_the_loop_prints_one_line_per_decision() -> None:
 
 
 def test_table_rows_stay_one_line_each_and_wide_characters_line_up() -> None:
-    from cronctl.render import columns
+    from cronctl.cli.render import columns
 
     lines = columns(("NAME", "COMMAND", "LAST"), [("日本", "echo a\necho\tb", "x"), ("b", "\x1b[31mred", "-")])
     assert lines == [

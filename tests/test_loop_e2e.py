@@ -23,16 +23,16 @@ from typing import Any, Callable
 import psutil
 import pytest
 
-from cronctl import history as history_mod
-from cronctl import ops
-from cronctl.audit import AuditLog
-from cronctl.claims import Owner
+from cronctl.store import history as history_mod
+from cronctl.ops import definitions as ops
+from cronctl.store.audit import AuditLog
+from cronctl.store.claims import Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
-from cronctl.engine import Engine
+from cronctl.loop.engine import Engine
 from cronctl.errors import StoreError
-from cronctl.runner import Supervisor, spawn_session
-from cronctl.store import Store
+from cronctl.proc.supervisor import Supervisor, spawn_session
+from cronctl.store.jsonstore import Store
 from cronctl.timefmt import from_iso, to_iso
 from tests.conftest import cronctl_bin, subprocess_env
 

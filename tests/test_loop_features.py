@@ -94,15 +94,15 @@ def test_a_missing_cwd_is_recorded_once_then_skipped_until_fixed(home: Path, tmp
 
 
 def test_the_wall_clock_stepping_back_never_fires_a_slot_again(tmp_path: Path) -> None:
-    from cronctl import claims as claims_mod
-    from cronctl.audit import AuditLog
-    from cronctl.claims import Lease, Owner
+    from cronctl.store import claims as claims_mod
+    from cronctl.store.audit import AuditLog
+    from cronctl.store.claims import Lease, Owner
     from cronctl.clock import FakeClock
     from cronctl.context import Context
-    from cronctl.jobs import entry_from, new_state
+    from cronctl.jobs.state import entry_from, new_state
     from cronctl.models import JobSpec
     from cronctl.paths import open_home
-    from cronctl.store import Store
+    from cronctl.store.jsonstore import Store
     from cronctl.timefmt import to_iso
 
     start = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)

@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cronctl import claims as claims_mod
-from cronctl.audit import AuditLog
-from cronctl.claims import Dispatched, Lease, Outcome, Owner
+from cronctl.store import claims as claims_mod
+from cronctl.store.audit import AuditLog
+from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
-from cronctl.heal import Liveness, heal_pass
-from cronctl.jobs import entry_from, new_state
-from cronctl.metrics import metrics_for, write_textfile
+from cronctl.loop.heal import Liveness, heal_pass
+from cronctl.jobs.state import entry_from, new_state
+from cronctl.ops.metrics import metrics_for, write_textfile
 from cronctl.models import JobSpec, RunStatus
 from cronctl.paths import open_home
-from cronctl.store import Store
+from cronctl.store.jsonstore import Store
 from cronctl.timefmt import to_iso
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from cronctl import history as history_mod
-from cronctl import ops
-from cronctl.claims import Owner
+from cronctl.store import history as history_mod
+from cronctl.ops import definitions as ops
+from cronctl.store.claims import Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
-from cronctl.engine import Engine, EngineOptions
-from cronctl.runner import Supervisor
-from cronctl.scheduler import LoopOptions, Scheduler
+from cronctl.loop.engine import Engine, EngineOptions
+from cronctl.proc.supervisor import Supervisor
+from cronctl.loop.scheduler import LoopOptions, Scheduler
 from cronctl.timefmt import from_iso, to_iso
 from tests.loophelp import audit_rows, start_loop, stop, wait_until
 

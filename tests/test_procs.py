@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cronctl import procs
-from cronctl.procs import ProcIdentity
+from cronctl.proc import identity as procs
+from cronctl.proc.identity import ProcIdentity
 
 pytestmark = pytest.mark.slow
 
@@ -147,6 +147,8 @@ def test_session_members_are_found_after_the_root_died(run_id: str) -> None:
     assert shell.stdout is not None and root is not None
     orphan = int(shell.stdout.readline())
     shell.wait()
+    # Until `env` has exec'd sleep, the forked shell still carries the variable.
+    assert wait_until(lambda: psutil.Process(orphan).name() == "sleep", 5)
     try:
         # Reparented, no variable: only its session ties it to the run.
         assert procs.find_run_processes(run_id) == []
@@ -232,7 +234,7 @@ def test_terminate_run_of_nothing_reports_nothing() -> None:
 def test_set_child_subreaper_takes_effect() -> None:
     # Process-wide and irreversible, so in a process of its own.
     script = (
-        "import ctypes; from cronctl.procs import set_child_subreaper\n"
+        "import ctypes; from cronctl.proc.identity import set_child_subreaper\n"
         "ok = set_child_subreaper()\n"
         "flag = ctypes.c_int()\n"
         "ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0)\n"

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cronctl import procs
-from cronctl.runner import RunRequest, RunResult, Supervisor
+from cronctl.proc import identity as procs
+from cronctl.proc.supervisor import RunRequest, RunResult, Supervisor
 from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 pytestmark = pytest.mark.slow
@@ -362,7 +362,7 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     import sys, threading, time, uuid
     from pathlib import Path
     import psutil
-    from cronctl.runner import RunRequest, Supervisor
+    from cronctl.proc.supervisor import RunRequest, Supervisor
 
     results = {}
     done = threading.Event()

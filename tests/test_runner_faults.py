@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cronctl import procs
-from cronctl.runner import BlockedConfig, SpawnError, Supervisor, spawn_session
+from cronctl.proc import identity as procs
+from cronctl.proc.supervisor import BlockedConfig, SpawnError, Supervisor, spawn_session
 from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 pytestmark = pytest.mark.slow
@@ -122,7 +122,7 @@ EMFILE_SCRIPT = textwrap.dedent(
     import errno, os, resource, sys, uuid
     from pathlib import Path
     import psutil
-    from cronctl.runner import RunRequest, SpawnError, Supervisor
+    from cronctl.proc.supervisor import RunRequest, SpawnError, Supervisor
 
     sup = Supervisor(on_result=print)
     sup.start()
@@ -177,7 +177,7 @@ NPROC_SCRIPT = textwrap.dedent(
     import errno, os, resource, sys, uuid
     from pathlib import Path
     import psutil
-    from cronctl.runner import RunRequest, SpawnError, Supervisor
+    from cronctl.proc.supervisor import RunRequest, SpawnError, Supervisor
 
     sup = Supervisor(on_result=print)
     sup.start()

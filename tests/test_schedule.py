@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cronctl.errors import ScheduleError
-from cronctl.schedule import (
+from cronctl.schedule.cron import (
     check_timezone,
     count_slots,
     cron_cadence,

@@ -1,6 +1,6 @@
 """cron_next against a brute-force oracle that applies SPEC §4 on its own.
 
-The oracle knows nothing of cronctl.schedule: it builds each field's set of
+The oracle knows nothing of cronctl.schedule.cron: it builds each field's set of
 values from the same structure the expression text is rendered from, walks
 UTC minute by minute, and decides from zoneinfo alone whether each minute (or
 a DST gap ending at it) is a slot.
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cronctl.errors import ScheduleError
-from cronctl.schedule import count_slots, cron_next, cron_prev, parse_cron
+from cronctl.schedule.cron import count_slots, cron_next, cron_prev, parse_cron
 
 UTC = timezone.utc
 MINUTE = timedelta(minutes=1)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cronctl.context import Context
-from cronctl.scheduler import LoopOptions, Scheduler
+from cronctl.loop.scheduler import LoopOptions, Scheduler
 
 
 class ThreadDeath(BaseException):

@@ -20,7 +20,7 @@ from store_helpers import seed, temp_files
 
 from cronctl.errors import StoreCorruptError, StoreError, StoreWriteError
 from cronctl.paths import Paths, open_home
-from cronctl.store import (
+from cronctl.store.jsonstore import (
     CURRENT_VERSION,
     MISSING_STORE,
     WRITE_STEPS,

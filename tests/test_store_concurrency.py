@@ -14,7 +14,7 @@ from store_helpers import seed, worker_command, worker_env
 
 from cronctl.errors import LockTimeoutError
 from cronctl.paths import Paths, open_home
-from cronctl.store import Store
+from cronctl.store.jsonstore import Store
 
 
 @pytest.fixture

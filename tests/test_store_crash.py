@@ -16,7 +16,7 @@ from store_helpers import STORE_ERROR_EXIT, run_worker, seed, temp_files
 
 from cronctl.errors import StoreWriteError
 from cronctl.paths import Paths, open_home
-from cronctl.store import CRASH_ENV, WRITE_STEPS, Store, serialize
+from cronctl.store.jsonstore import CRASH_ENV, WRITE_STEPS, Store, serialize
 
 
 @pytest.fixture

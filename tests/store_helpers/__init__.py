@@ -11,7 +11,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 from cronctl.paths import Paths  # noqa: E402
-from cronctl.store import Store  # noqa: E402
+from cronctl.store.jsonstore import Store  # noqa: E402
 
 from .worker import STORE_ERROR_EXIT  # noqa: E402
 

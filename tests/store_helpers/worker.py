@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cronctl.errors import StoreError
 from cronctl.paths import Paths
-from cronctl.store import Store
+from cronctl.store.jsonstore import Store
 
 # The exit code of a StoreError; its message goes to stderr.
 STORE_ERROR_EXIT = 3

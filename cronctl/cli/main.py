@@ -1,0 +1,62 @@
+"""The way into the typer app: builds the command tree once and maps every way out to an exit code.
+
+Only this module imports the command modules, so that each of them imports `cli.app`
+and nothing imports back. They are imported in the order the commands were registered
+before the split, which is the order `cronctl --help` lists them.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+from cronctl.cli import exits
+from cronctl.cli.app import app
+
+# isort: off
+# Each command module registers its commands on `app` when imported; the order is --help's.
+from cronctl.cli import health as _health  # noqa: F401
+from cronctl.cli import migrate as _migrate  # noqa: F401
+from cronctl.cli import metrics as _metrics  # noqa: F401
+# isort: on
+
+_built: dict[int, Any] = {}
+
+
+def _click_command() -> Any:
+    """The click command tree of `app`, built once per process.
+
+    typer rebuilds it (signatures, type hints, parameter coercion of every command) on
+    each call of app(), about 50 ms; tests and workers call main() many times in one process.
+    """
+    key = len(app.registered_commands)
+    if key not in _built:
+        _built.clear()
+        _built[key] = typer.main.get_command(app)
+    return _built[key]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the app; exits.run turns a CronctlError into a message and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    exits.run(lambda: _run_click(args))
+
+
+def _run_click(args: list[str]) -> int | None:
+    """The click layer's own ways out, as exit codes; everything else is exits.run's."""
+    try:
+        code = _click_command().main(args=args, prog_name="cronctl", standalone_mode=False)
+    except typer.Abort:
+        print("cronctl: aborted", file=sys.stderr)
+        return 130
+    except typer.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:
+        # Usage errors of the (possibly vendored) click layer: they know how to show themselves.
+        if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
+            raise
+        exc.show()
+        return exc.exit_code
+    return code if isinstance(code, int) else 0

@@ -1,0 +1,34 @@
+"""`cronctl export`: the same jobs for another engine, and what does not translate.
+
+Each format lives in its own module and turns JobSpecs into files plus notes; this
+module picks the format (importing only that one) and returns its result. Nothing here
+prints or touches the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cronctl.errors import UsageError
+from cronctl.interop.export.base import ExportResult
+from cronctl.models import JobSpec
+
+FORMATS = ("crontab", "systemd", "kubernetes")
+
+
+def export_jobs(specs: Sequence[JobSpec], fmt: str, now: datetime) -> ExportResult:
+    """Translate `specs` into format `fmt`; `now` places the DST windows that are checked."""
+    if fmt == "crontab":
+        from cronctl.interop.export.crontab import export_crontab
+
+        return export_crontab(specs, now)
+    if fmt == "systemd":
+        from cronctl.interop.export.systemd import export_systemd
+
+        return export_systemd(specs, now)
+    if fmt == "kubernetes":
+        from cronctl.interop.export.kubernetes import export_kube
+
+        return export_kube(specs, now)
+    raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")

@@ -1,0 +1,137 @@
+"""What state a job is really in, in plain words, and whose fault it is.
+
+Pure functions of (job, now, liveness): `status`, `list` and the healer share them,
+so the screen and the healer can never disagree about what is wedged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+from cronctl.jobs.state import JobView
+from cronctl.schedule.slots import cadence, grace
+from cronctl.timefmt import from_iso
+
+FAILED = ("error", "timeout", "lost")
+
+# Liveness of a claim's owner: (owner dict) -> True alive / False dead.
+OwnerAlive = Callable[[dict[str, Any]], bool]
+# Has a claim's lease expired?  (claim dict) -> bool
+LeaseExpired = Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    state: str  # ok running paused failing late wedged completed
+    reason: str  # plain words
+    fault: str | None  # "job", "platform" or None
+
+    @property
+    def stale(self) -> bool:
+        return self.state in ("late", "wedged")
+
+
+def claim_problem(claim: dict[str, Any], owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> str | None:
+    """'owner_dead', 'lease_expired' or None for a healthy claim."""
+    if not owner_alive(claim.get("owner") or {}):
+        return "owner_dead"
+    if lease_expired(claim):
+        return "lease_expired"
+    return None
+
+
+def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:
+    state = view.state
+    if view.claims:
+        return _running_health(view, owner_alive, lease_expired)
+    if state.get("completed"):
+        return JobHealth("completed", _completed_reason(view), None)
+    if view.paused:
+        if view.spec.paused and view.spec.source and not view.state.get("paused"):
+            return JobHealth("paused", f"paused by its file {view.spec.source} (set paused: false there)", None)
+        return JobHealth("paused", f"paused by an operator; 'cronctl resume {view.spec.name}' re-arms it", None)
+    if persisted_error_wedge(view, now):
+        return JobHealth(
+            "wedged",
+            f"last run {state.get('last_status')} and nothing is scheduled until {state.get('next_run_at')}; "
+            "the loop re-arms it on its next tick (or run 'cronctl resume " + view.spec.name + "')",
+            "platform",
+        )
+    next_run = view.next_run_at
+    if next_run is not None and now - next_run > timedelta(seconds=grace(view.spec, next_run)):
+        return JobHealth(
+            "late",
+            f"due since {state.get('next_run_at')} and not started; is 'cronctl run' running?",
+            "platform",
+        )
+    if state.get("last_status") in FAILED:
+        return JobHealth("failing", _failure_reason(state), _failure_fault(state))
+    return JobHealth("ok", _ok_reason(view), None)
+
+
+def _running_health(view: JobView, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:
+    for run_id, claim in view.claims.items():
+        problem = claim_problem(claim, owner_alive, lease_expired)
+        if problem == "owner_dead":
+            return JobHealth(
+                "wedged",
+                f"run {run_id} belongs to a cronctl loop that is no longer alive; "
+                "the next loop tick reclaims it (or 'cronctl resume " + view.spec.name + "')",
+                "platform",
+            )
+        if problem == "lease_expired":
+            return JobHealth(
+                "wedged",
+                f"run {run_id} has not been renewed by its loop since {claim.get('lease_until')}; "
+                "the loop may be hung. 'cronctl resume " + view.spec.name + "' releases it",
+                "platform",
+            )
+    runs = ", ".join(view.claims)
+    return JobHealth("running", f"running ({runs})", None)
+
+
+def persisted_error_wedge(view: JobView, now: datetime) -> bool:
+    """A recurring job that failed, then was pushed into the future and never revisited."""
+    state = view.state
+    if view.spec.at is not None or view.claims or view.paused or state.get("completed"):
+        return False
+    if state.get("last_status") not in FAILED or state.get("retry"):
+        return False
+    if state.get("rearmed_for") is not None and state.get("rearmed_for") == state.get("last_run_at"):
+        return False  # already re-armed once for this failure
+    last_run, next_run = from_iso(state.get("last_run_at")), view.next_run_at
+    if last_run is None or next_run is None or next_run <= now:
+        return False
+    limit = (cadence(view.spec, last_run) or 0.0) + grace(view.spec, last_run)
+    return (now - last_run).total_seconds() > limit
+
+
+def _completed_reason(view: JobView) -> str:
+    if view.spec.at is not None:
+        return "one-shot job done"
+    return f"finished its {view.spec.repeat} runs"
+
+
+def _ok_reason(view: JobView) -> str:
+    if view.state.get("last_status") is None:
+        return "waiting for its first run"
+    return f"last run {view.state['last_status']}"
+
+
+def _failure_reason(state: dict[str, Any]) -> str:
+    status, reason = state.get("last_status"), state.get("last_reason")
+    words = {
+        "error": f"the job exited with code {state.get('last_exit_code')}",
+        "timeout": "the job ran past its timeout and was stopped",
+        "lost": "cronctl's loop stopped while this run was in progress; the job itself may be fine — "
+                "re-run it if the work did not complete",
+    }.get(status or "", f"last run {status}")
+    retry = state.get("retry")
+    tail = f"; retry {retry['attempt']} at {retry['due_at']}" if retry else ""
+    return f"{words}{f' ({reason})' if reason and status != 'lost' else ''}{tail}"
+
+
+def _failure_fault(state: dict[str, Any]) -> str:
+    return "platform" if state.get("last_status") == "lost" else "job"

@@ -1,0 +1,44 @@
+"""Schedules in words, for people: "At 03:00, Monday through Friday"."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from cronctl.durations import format_duration
+from cronctl.models import JobSpec
+from cronctl.schedule.cron import describe_cron, parse_cron
+
+
+def describe(spec: JobSpec) -> str:
+    if spec.every is not None:
+        return f"Every {format_duration(spec.every)}"
+    if spec.at is not None:
+        from zoneinfo import ZoneInfo
+
+        local = spec.at.astimezone(ZoneInfo(spec.timezone))
+        return f"Once, at {local.strftime('%Y-%m-%d %H:%M')} {spec.timezone}"
+    assert spec.cron is not None
+    return describe_expression(spec.cron)
+
+
+@lru_cache(maxsize=4096)
+def describe_expression(expr: str) -> str:
+    """cron-descriptor's wording, corrected to Debian's day rule.
+
+    cron-descriptor always joins a restricted day-of-month and day-of-week with "or";
+    crontab(5) (and cronctl) use AND when either field begins with '*' (e.g. '*/2').
+    """
+    parsed = parse_cron(expr)
+    try:
+        from cron_descriptor import Options, get_description
+
+        options = Options()
+        options.use_24hour_time_format = True
+        text = get_description(" ".join(parsed.fields), options)
+    except Exception:  # an expression it cannot word: our own plainer wording
+        return describe_cron(parsed)
+    dom, dow = parsed.fields[2], parsed.fields[4]
+    both_restricted = dom != "*" and dow != "*"
+    if both_restricted and (parsed.dom_star or parsed.dow_star):
+        text = text.replace(", or on ", ", and only on ", 1) + " (both day fields must match)"
+    return text

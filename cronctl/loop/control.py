@@ -1,0 +1,69 @@
+"""Requests from CLI commands to the running loop (force-run, kill), as files.
+
+A request is one JSON file in control/, written atomically; the loop answers
+with a reply file next to it. SIGUSR1 wakes the loop so it need not wait for
+its next tick.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from cronctl.paths import Paths
+from cronctl.store.statefiles import read_json, write_json_atomic
+
+REQUEST_SUFFIX = ".req.json"
+REPLY_SUFFIX = ".reply.json"
+
+
+def send_request(paths: Paths, action: str, loop_pid: int | None, **fields: Any) -> str:
+    paths.control_dir.mkdir(mode=0o700, exist_ok=True)
+    request_id = uuid.uuid4().hex[:12]
+    write_json_atomic(paths.control_dir / f"{request_id}{REQUEST_SUFFIX}",
+                      {"id": request_id, "action": action, **fields})
+    if loop_pid:
+        try:
+            os.kill(loop_pid, signal.SIGUSR1)
+        except OSError:
+            pass  # the loop polls control/ every tick anyway
+    return request_id
+
+
+def wait_reply(paths: Paths, request_id: str, timeout: float, alive: Callable[[], bool]) -> dict[str, Any] | None:
+    """The loop's answer, or None if it did not answer in time (or died)."""
+    path = paths.control_dir / f"{request_id}{REPLY_SUFFIX}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = read_json(path)
+        if reply is not None:
+            path.unlink(missing_ok=True)
+            return reply
+        if not alive():
+            break
+        time.sleep(0.05)
+    (paths.control_dir / f"{request_id}{REQUEST_SUFFIX}").unlink(missing_ok=True)
+    return None
+
+
+def pending_requests(paths: Paths) -> list[tuple[Path, dict[str, Any]]]:
+    try:
+        names = sorted(e.name for e in os.scandir(paths.control_dir) if e.name.endswith(REQUEST_SUFFIX))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        path = paths.control_dir / name
+        data = read_json(path)
+        if data is not None:
+            out.append((path, data))
+    return out
+
+
+def reply(paths: Paths, request: dict[str, Any], request_path: Path, answer: dict[str, Any]) -> None:
+    write_json_atomic(paths.control_dir / f"{request['id']}{REPLY_SUFFIX}", answer)
+    request_path.unlink(missing_ok=True)

@@ -1,0 +1,94 @@
+"""What the loop is doing, as another process sees it: ok, stopped, dead or wedged."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from cronctl.paths import Paths
+from cronctl.store.locks import lock_holder
+from cronctl.store.statefiles import read_json
+from cronctl.timefmt import from_iso
+
+# A loop ticks at least once a second; this much silence means it is hung (or stopped by SIGSTOP).
+HEARTBEAT_STALE_AFTER = 10.0
+
+
+@dataclass(frozen=True)
+class LoopStatus:
+    state: str  # ok | stopped | dead | wedged
+    reason: str
+    pid: int | None = None
+    generation: str | None = None
+    heartbeat_age: float | None = None
+    uptime: float | None = None
+    started_at: str | None = None
+    last_tick_at: str | None = None
+    standby_pid: int | None = None
+    active_runs: int | None = None
+
+    @property
+    def stale(self) -> bool:
+        return self.state in ("dead", "wedged")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def heartbeat_age(hb: dict[str, Any], now: datetime, boot: str) -> float | None:
+    """Seconds since the last tick: monotonic within one boot (immune to clock steps), else wall."""
+    if hb.get("boot_id") == boot and hb.get("last_tick_mono") is not None:
+        return max(0.0, time.monotonic() - float(hb["last_tick_mono"]))
+    last = from_iso(hb.get("last_tick_at"))
+    return None if last is None else max(0.0, (now - last).total_seconds())
+
+
+def loop_status(paths: Paths, now: datetime) -> LoopStatus:
+    from cronctl.proc.identity import ProcIdentity, boot_id, is_alive
+
+    hb = read_json(paths.heartbeat)
+    holder = lock_holder(paths) if paths.scheduler_lock.exists() else None
+    standby = _live_standby(paths)
+    if hb is None:
+        if holder is not None:
+            return LoopStatus("ok", "starting", pid=holder, standby_pid=standby)
+        return LoopStatus("stopped", "no loop has run on this home yet ('cronctl run' starts one)",
+                          standby_pid=standby)
+    boot = boot_id()
+    age = heartbeat_age(hb, now, boot)
+    started = from_iso(hb.get("started_at"))
+    common = dict(pid=hb.get("pid"), generation=hb.get("generation"),
+                  heartbeat_age=None if age is None else round(age, 3), started_at=hb.get("started_at"),
+                  last_tick_at=hb.get("last_tick_at"), standby_pid=standby, active_runs=hb.get("active_runs"),
+                  uptime=None if started is None else round((now - started).total_seconds(), 1))
+    ident = ProcIdentity(int(hb.get("pid") or 0), float(hb.get("start_time") or 0.0))
+    alive = hb.get("boot_id") == boot and bool(ident.pid) and is_alive(ident)
+    if hb.get("stopped_cleanly") and not alive:
+        return LoopStatus("stopped", "the loop was stopped cleanly ('cronctl run' starts it again)", **common)
+    if not alive or holder != ident.pid:
+        if holder is not None and holder != ident.pid:
+            return LoopStatus("ok", "a new loop is starting", **{**common, "pid": holder})
+        return LoopStatus("dead", "the loop died without stopping cleanly (killed or crashed); "
+                          "start 'cronctl run' again — it reclaims what the old one left", **common)
+    if age is not None and age > HEARTBEAT_STALE_AFTER:
+        return LoopStatus("wedged", f"the loop (pid {ident.pid}) is alive but has not ticked for {age:.0f}s; "
+                          "a --standby takes over, or kill it and start 'cronctl run' again", **common)
+    return LoopStatus("ok", "ticking", **common)
+
+
+def _live_standby(paths: Paths) -> int | None:
+    from cronctl.proc.identity import ProcIdentity, is_alive
+
+    sb = read_json(paths.home / "standby.json")
+    if not sb or not sb.get("pid"):
+        return None
+    ident = ProcIdentity(int(sb["pid"]), float(sb.get("start_time") or 0.0))
+    return ident.pid if is_alive(ident) else None
+
+
+def loop_alive(paths: Paths, now: datetime) -> LoopStatus | None:
+    """The loop's status if one is ticking (ok), else None."""
+    status = loop_status(paths, now)
+    return status if status.state == "ok" and status.pid else None

@@ -1,0 +1,391 @@
+"""Use cases behind the commands: take a Context, return data, never print."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cronctl.context import Context
+from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
+from cronctl.jobs.jobfile import build_spec, load_jobs_file
+from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
+from cronctl.models import AuditEvent, JobSpec
+from cronctl.schedule.slots import fire_at, first_slot, slot_after
+from cronctl.timefmt import from_iso, to_iso
+
+# --- definitions ---------------------------------------------------------------
+
+
+def spec_from_options(name: str, options: dict[str, Any]) -> JobSpec:
+    """Validate `cronctl add` options with the same rules as a YAML entry."""
+    problems: list[str] = []
+    spec = build_spec({"name": name, **options}, _cli_where(name), problems, source=None, base_dir=_cwd())
+    if problems or spec is None:
+        raise ConfigError(problems)
+    return spec
+
+
+def _cwd() -> Path | None:
+    """Where a relative --cwd is anchored; None when this process's directory is gone."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return None
+
+
+def _cli_where(name: str):  # type: ignore[no-untyped-def]
+    def where(field_name: str) -> str:
+        option = "-- COMMAND" if field_name == "command" else "--" + field_name.replace("_", "-")
+        return f"job '{name}': {option}"
+
+    return where
+
+
+def add_job(ctx: Context, spec: JobSpec) -> JobView:
+    now = ctx.clock.now()
+    with ctx.store.transaction() as doc:
+        if spec.name in doc["jobs"]:
+            raise ConflictError(f"job '{spec.name}' already exists; change it with 'cronctl edit {spec.name}'")
+        state = new_state(now, first_slot(spec, now))
+        doc["jobs"][spec.name] = entry_from(spec, state)
+    ctx.audit.append(AuditEvent.JOB_ADDED, job=spec.name, source=spec.source, schedule=spec.schedule_text)
+    return JobView(spec, state)
+
+
+SCHEDULE_KEYS = ("cron", "every", "at")
+
+
+def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str]) -> tuple[JobView, list[str]]:
+    """Apply option changes to a job; returns the view and the names of the changed fields."""
+    _check_unset(unset)
+    now = ctx.clock.now()
+    with ctx.store.transaction() as doc:
+        entry = get_entry(doc, name)
+        old = JobView.from_entry(entry)
+        merged = _merge_options(old.spec, changes, unset)
+        problems: list[str] = []
+        spec = build_spec(merged, _cli_where(name), problems, source=old.spec.source, base_dir=_cwd())
+        if problems or spec is None:
+            raise ConfigError(problems)
+        changed = _changed_fields(old.spec, spec)
+        if not changed:
+            return old, []
+        state = dict(old.state)
+        _reschedule_if_needed(old.spec, spec, state, now)
+        state["updated_at"] = to_iso(now)
+        doc["jobs"][name] = entry_from(spec, state)
+    ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, fields=changed, by="edit")
+    return JobView(spec, state), changed
+
+
+# A job always has these; a schedule is replaced with --cron/--every/--at, not unset.
+NOT_UNSETTABLE = ("name", "command", "cron", "every", "at")
+
+
+def _check_unset(unset: list[str]) -> None:
+    from cronctl.errors import UsageError
+    from cronctl.jobs.jobfile import JOB_FIELDS
+
+    allowed = [f for f in JOB_FIELDS if f not in NOT_UNSETTABLE]
+    for key in unset:
+        field_name = key.replace("-", "_")
+        if field_name in NOT_UNSETTABLE:
+            raise UsageError(f"--unset {key}: a job always has a {field_name if field_name in ('name', 'command') else 'schedule'}; "
+                             "give a new value instead")
+        if field_name not in allowed:
+            raise UsageError(f"--unset {key}: not a job field (one of: {', '.join(allowed)})")
+
+
+def _merge_options(spec: JobSpec, changes: dict[str, Any], unset: list[str]) -> dict[str, Any]:
+    merged = {k: v for k, v in spec.to_dict().items() if k != "source" and v is not None}
+    if any(key in changes for key in SCHEDULE_KEYS):
+        for key in SCHEDULE_KEYS:
+            merged.pop(key, None)
+    for key in unset:
+        merged.pop(key.replace("-", "_"), None)
+    merged.update(changes)
+    return merged
+
+
+def _changed_fields(old: JobSpec, new: JobSpec) -> list[str]:
+    before, after = old.to_dict(), new.to_dict()
+    return sorted(k for k in after if before.get(k) != after.get(k))
+
+
+def _reschedule_if_needed(old: JobSpec, new: JobSpec, state: dict[str, Any], now: datetime) -> None:
+    """A schedule change counts from now: it never fires a missed slot because of the edit."""
+    if old.schedule_fields() == new.schedule_fields():
+        return
+    state["next_run_at"] = to_iso(first_slot(new, now))
+    state["retry"] = None
+    state["completed"] = False
+
+
+def remove_job(ctx: Context, name: str, force: bool = False) -> int:
+    """Delete a job; refuse while it runs unless `force`, which ends its runs first."""
+    with ctx.store.transaction() as doc:
+        view = JobView.from_entry(get_entry(doc, name))
+        if view.claims and not force:
+            raise ConflictError(
+                f"job '{name}' is running (run {', '.join(view.claims)}); "
+                f"wait for it, 'cronctl kill {name}', or 'cronctl remove {name} --force'"
+            )
+        killed = _terminate_claims(ctx, name, view.claims) if view.claims else 0
+        del doc["jobs"][name]
+    ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, forced=force or None, killed_runs=killed or None)
+    return killed
+
+
+def _terminate_claims(ctx: Context, name: str, claims: dict[str, Any]) -> int:
+    from cronctl.proc.identity import ProcIdentity, terminate_run
+
+    for run_id, claim in claims.items():
+        child = claim.get("child") or {}
+        root = ProcIdentity(child["pid"], child["start_time"]) if child.get("pid") else None
+        report = terminate_run(run_id, root, grace=float(claim.get("kill_grace", 10.0)))
+        ctx.audit.append(AuditEvent.RUN_KILLED, job=name, run_id=run_id, reason="removed",
+                         terminated=report.terminated, killed=report.killed)
+    return len(claims)
+
+
+# --- apply ---------------------------------------------------------------------
+
+
+@dataclass
+class ApplyPlan:
+    file: str
+    create: list[str] = field(default_factory=list)
+    update: dict[str, list[str]] = field(default_factory=dict)  # name -> changed fields
+    adopt: list[str] = field(default_factory=list)  # hand-added jobs the file now defines
+    unchanged: list[str] = field(default_factory=list)
+    prune: list[str] = field(default_factory=list)
+    applied: bool = False
+
+    @property
+    def changes(self) -> int:
+        return len(self.create) + len(self.update) + len(self.adopt) + len(self.prune)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file, "create": self.create, "update": self.update, "adopt": self.adopt,
+            "unchanged": self.unchanged, "prune": self.prune, "applied": self.applied,
+        }
+
+
+def validate_file(path: str) -> list[JobSpec]:
+    return load_jobs_file(path).specs
+
+
+def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False) -> ApplyPlan:
+    loaded = load_jobs_file(path)
+    source = str(loaded.path)
+    now = ctx.clock.now()
+    with ctx.store.transaction() as doc:
+        plan = _plan_apply(doc, loaded.specs, source, prune)
+        if dry_run:
+            return plan
+        _execute_apply(doc, plan, loaded.specs, now)
+        plan.applied = True
+    _audit_apply(ctx, plan, {spec.name: spec.schedule_text for spec in loaded.specs})
+    return plan
+
+
+def _plan_apply(doc: dict[str, Any], specs: list[JobSpec], source: str, prune: bool) -> ApplyPlan:
+    plan = ApplyPlan(file=source)
+    conflicts: list[str] = []
+    for spec in specs:
+        entry = doc["jobs"].get(spec.name)
+        if entry is None:
+            plan.create.append(spec.name)
+            continue
+        current = JobView.from_entry(entry).spec
+        if current.source not in (None, source):
+            conflicts.append(f"{source}: job '{spec.name}': field 'name': already defined by {current.source}; "
+                             f"rename it here or remove it there")
+        elif current.source is None:
+            plan.adopt.append(spec.name)
+        elif _changed_fields(current, spec):
+            plan.update[spec.name] = _changed_fields(current, spec)
+        else:
+            plan.unchanged.append(spec.name)
+    if conflicts:
+        raise ConfigError(conflicts)
+    if prune:
+        wanted = {spec.name for spec in specs}
+        plan.prune = sorted(
+            name for name, entry in doc["jobs"].items() if entry.get("source") == source and name not in wanted
+        )
+    return plan
+
+
+def _execute_apply(doc: dict[str, Any], plan: ApplyPlan, specs: list[JobSpec], now: datetime) -> None:
+    running = [n for n in plan.prune if JobView.from_entry(doc["jobs"][n]).claims]
+    if running:
+        raise ConflictError(f"cannot prune running job(s) {', '.join(running)}; wait for them or kill them first")
+    for spec in specs:
+        if spec.name in plan.create:
+            doc["jobs"][spec.name] = entry_from(spec, new_state(now, first_slot(spec, now)))
+        elif spec.name in plan.update or spec.name in plan.adopt:
+            old = JobView.from_entry(doc["jobs"][spec.name])
+            state = dict(old.state)
+            _reschedule_if_needed(old.spec, spec, state, now)
+            state["updated_at"] = to_iso(now)
+            doc["jobs"][spec.name] = entry_from(spec, state)
+    for name in plan.prune:
+        del doc["jobs"][name]
+
+
+def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> None:
+    for name in plan.create:
+        ctx.audit.append(AuditEvent.JOB_ADDED, job=name, source=plan.file, schedule=schedules.get(name))
+    for name, changed in plan.update.items():
+        ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, source=plan.file, fields=changed, by="apply")
+    for name in plan.adopt:
+        ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, source=plan.file, by="apply", adopted=True)
+    for name in plan.prune:
+        ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, source=plan.file, by="apply --prune")
+
+
+# --- reading -------------------------------------------------------------------
+
+
+def list_jobs(ctx: Context) -> list[JobView]:
+    doc = ctx.store.read()
+    return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
+
+
+def show_job(ctx: Context, name: str) -> JobView:
+    return JobView.from_entry(get_entry(ctx.store.read(), name))
+
+
+@dataclass(frozen=True)
+class NextFires:
+    view: JobView
+    instants: list[datetime]
+
+
+def next_fires(ctx: Context, name: str | None, count: int, start: datetime | None) -> list[NextFires]:
+    """The next `count` slots of one job (or all), from `start` (default: now)."""
+    views = [show_job(ctx, name)] if name else list_jobs(ctx)
+    origin = start or ctx.clock.now()
+    return [NextFires(view, upcoming_slots(view, origin, count, use_state=start is None)) for view in views]
+
+
+def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool) -> list[datetime]:
+    spec = view.spec
+    if view.state.get("completed"):
+        return []
+    out: list[datetime] = []
+    try:
+        first = view.next_run_at if use_state and view.next_run_at else None
+        if first is None:
+            first = _first_at_or_after(spec, origin)
+        slot = first
+        while slot is not None and len(out) < count:
+            out.append(slot)
+            slot = slot_after(spec, slot, slot)
+    except (OverflowError, ScheduleError):
+        pass  # past the last instant a datetime can hold (year 9999): no further slots
+    return out
+
+
+def _first_at_or_after(spec: JobSpec, origin: datetime) -> datetime | None:
+    if spec.every is not None:
+        return first_slot(spec, origin)
+    if spec.cron is not None:
+        from datetime import timedelta
+
+        return first_slot(spec, origin - timedelta(microseconds=1))
+    return spec.at if spec.at is not None and spec.at >= origin else None
+
+
+# --- pause / resume ------------------------------------------------------------
+
+
+def pause_job(ctx: Context, name: str) -> bool:
+    """Pause by the operator; returns False when it was already paused."""
+    now = ctx.clock.now()
+    with ctx.store.transaction() as doc:
+        state = get_entry(doc, name)["state"]
+        if state.get("paused"):
+            return False
+        state["paused"] = True
+        state["updated_at"] = to_iso(now)
+    ctx.audit.append(AuditEvent.JOB_PAUSED, job=name)
+    return True
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    name: str
+    next_run_at: str | None
+    cleared: list[str]  # what resume cleared: paused, error, retry, completed...
+    still_paused_by: str | None  # the file whose `paused: true` keeps it paused
+    next_fire_at: str | None = None  # next_run_at plus the job's jitter; None while paused
+    timezone: str = "UTC"
+
+
+def resume_jobs(ctx: Context, names: list[str] | None) -> list[ResumeResult]:
+    """Clear pause and error wedges and re-arm from now (names None: every job)."""
+    now = ctx.clock.now()
+    results: list[ResumeResult] = []
+    with ctx.store.transaction() as doc:
+        targets = sorted(doc["jobs"]) if names is None else names
+        for name in targets:
+            results.append(_resume_entry(doc, name, now))
+    for result in results:
+        ctx.audit.append(AuditEvent.JOB_RESUMED, job=result.name, cleared=result.cleared,
+                         next_run_at=result.next_run_at)
+    return results
+
+
+def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult:
+    entry = get_entry(doc, name)
+    view = JobView.from_entry(entry)
+    state = entry["state"]
+    cleared: list[str] = []
+    if state.get("paused"):
+        state["paused"] = False
+        cleared.append("paused")
+    if view.spec.paused and view.spec.source is None:
+        entry["paused"] = False
+        cleared.append("paused")
+    if state.get("last_status") in ("error", "timeout", "lost"):
+        cleared.append(f"last_status {state['last_status']}")
+    if state.get("retry"):
+        state["retry"] = None
+        cleared.append("pending retry")
+    state["consecutive_failures"] = 0
+    spec = JobView.from_entry(entry).spec
+    if not (spec.at is not None and state.get("completed")):
+        state["next_run_at"] = to_iso(first_slot(spec, now))
+    state["updated_at"] = to_iso(now)
+    still = view.spec.source if view.spec.paused and view.spec.source else None
+    next_slot = from_iso(state["next_run_at"])
+    fire = to_iso(fire_at(spec, next_slot)) if next_slot is not None and not still else None
+    return ResumeResult(name, state["next_run_at"], sorted(set(cleared)), still, fire, spec.timezone)
+
+
+def require_jobs(ctx: Context, names: list[str] | None) -> None:
+    jobs = ctx.store.read()["jobs"]
+    for name in names or []:
+        if name not in jobs:
+            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+
+
+def parse_instant(text: str) -> datetime:
+    """--from / --since values: ISO 8601; a naive value is taken as UTC."""
+    from datetime import timezone
+
+    try:
+        value = datetime.fromisoformat(text)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+    except ValueError:
+        raise ConfigError([f"'{text}' is not an ISO 8601 instant like 2026-12-24T09:00:00+01:00"]) from None
+    except OverflowError:
+        raise ConfigError([f"'{text}' is outside the dates cronctl can handle (years 1 to 9999 in UTC)"]) from None
+

@@ -1,0 +1,178 @@
+"""cronctl doctor: check everything a wedge could hide in, say which command fixes it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cronctl.errors import CronctlError, StoreCorruptError
+from cronctl.loop.heartbeat import loop_status
+from cronctl.paths import Paths
+from cronctl.store.jsonstore import Store
+
+RUNS_DIR_WARN_BYTES = 1024 * 1024 * 1024
+AUDIT_WARN_BYTES = 200 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    level: str  # ok | warn | action
+    message: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
+    findings = [_check_store(paths, store), *_check_locks(paths)]
+    findings.append(_check_loop(paths, store, now))
+    findings.extend(_check_orphans(paths, store))
+    findings.extend(_check_sizes(paths))
+    return findings
+
+
+def needs_action(findings: list[Finding]) -> bool:
+    return any(f.level == "action" for f in findings)
+
+
+def _check_store(paths: Paths, store: Store) -> Finding:
+    try:
+        doc = store.read()
+    except StoreCorruptError as exc:
+        backup = "a backup exists" if paths.store_backup.exists() else "NO backup exists"
+        return Finding("store", "action", f"{exc} ({backup})",
+                       "cronctl doctor --repair (restores jobs.json.bak; the bad file is kept aside)")
+    except CronctlError as exc:
+        return Finding("store", "action", str(exc))
+    mode = _mode(paths.store)
+    if mode is not None and mode & 0o077:
+        return Finding("store", "warn", f"{paths.store} has mode {mode:04o}", f"chmod 600 {paths.store}")
+    return Finding("store", "ok", f"{paths.store}: version {doc['version']}, rev {doc['rev']}, {len(doc['jobs'])} job(s)")
+
+
+def _check_locks(paths: Paths) -> list[Finding]:
+    out = []
+    for path in (paths.store_lock, paths.scheduler_lock):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            out.append(Finding("locks", "ok", f"{path.name} not created yet (made on first use)"))
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            out.append(Finding("locks", "action", f"{path} is not a regular file (a link or directory?)",
+                               f"stop every cronctl process, then: rm -r {path}"))
+        else:
+            out.append(Finding("locks", "ok", f"{path.name} is a regular file"))
+    return out
+
+
+def _check_loop(paths: Paths, store: Store, now: Any) -> Finding:
+    status = loop_status(paths, now)
+    try:
+        jobs = len(store.read()["jobs"])
+    except CronctlError:
+        jobs = 0
+    if status.state == "ok":
+        return Finding("loop", "ok", f"loop pid {status.pid} ticking (heartbeat {status.heartbeat_age}s ago)")
+    if status.state == "wedged":
+        return Finding("loop", "action", status.reason,
+                       f"kill {status.pid} and start 'cronctl run' again (or run a --standby beside it)")
+    if jobs:
+        level = "action" if status.state == "dead" else "warn"
+        return Finding("loop", level, f"{status.reason}; {jobs} job(s) are defined", "cronctl run")
+    return Finding("loop", "ok", status.reason)
+
+
+def _check_orphans(paths: Paths, store: Store) -> list[Finding]:
+    """Processes of runs that no claim accounts for: left behind by a crash, still running."""
+    try:
+        doc = store.read()
+    except CronctlError:
+        return []
+    active = {run_id for entry in doc["jobs"].values() for run_id in (entry["state"].get("claims") or {})}
+    orphans = {pid: run_id for pid, run_id in run_processes(paths).items() if run_id not in active}
+    if not orphans:
+        return [Finding("orphans", "ok", "no orphaned run processes")]
+    listing = ", ".join(f"pid {pid} (run {run_id})" for pid, run_id in sorted(orphans.items()))
+    return [Finding("orphans", "action", f"processes of finished runs are still alive: {listing}",
+                    "cronctl doctor --repair (kills them, verified by start time)")]
+
+
+def run_processes(paths: Paths) -> dict[int, str]:
+    """pid -> CRONCTL_RUN_ID of every process of a run of THIS home (on_failure hooks included).
+
+    Other homes (another user's, a test's) have runs too: a run is ours only if this
+    home holds its log, which the loop creates before the child is spawned.
+    """
+    import psutil
+
+    found: dict[int, str] = {}
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        run_id, job = env.get("CRONCTL_RUN_ID"), env.get("CRONCTL_JOB")
+        if not run_id or not job or proc.pid == os.getpid() or "/" in job or "/" in run_id:
+            continue
+        if paths.run_log(job, run_id).exists():
+            found[proc.pid] = run_id
+    return found
+
+
+def _check_sizes(paths: Paths) -> list[Finding]:
+    runs = _tree_size(paths.runs_dir)
+    audit = sum(_size(p) for p in paths.home.glob("audit.jsonl*"))
+    out = [Finding("runs", "warn" if runs > RUNS_DIR_WARN_BYTES else "ok", f"runs/ holds {runs / 1e6:.1f} MB",
+                   "remove jobs you no longer need; logs of the last 20 runs per job are kept" if runs > RUNS_DIR_WARN_BYTES else None),
+           Finding("audit", "warn" if audit > AUDIT_WARN_BYTES else "ok", f"audit log holds {audit / 1e6:.1f} MB")]
+    return out
+
+
+def repair(paths: Paths, store: Store) -> list[str]:
+    """Restore the last good store if the current one does not parse; kill orphaned run processes."""
+    done: list[str] = []
+    try:
+        store.read()
+    except StoreCorruptError:
+        kept = store.restore_backup()
+        done.append(f"restored {paths.store} from {paths.store_backup}" + (f"; the bad file is kept as {kept}" if kept else ""))
+    done.extend(_kill_orphans(paths, store))
+    return done
+
+
+def _kill_orphans(paths: Paths, store: Store) -> list[str]:
+    from cronctl.proc.kill import kill_run_processes
+
+    doc = store.read()
+    active = {run_id for entry in doc["jobs"].values() for run_id in (entry["state"].get("claims") or {})}
+    done = []
+    for run_id in sorted(set(run_processes(paths).values()) - active):
+        ended = kill_run_processes(run_id, None, 5.0)
+        done.append(f"killed {ended} orphaned process(es) of run {run_id}")
+    return done
+
+
+def _mode(path: Any) -> int | None:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _size(path: Any) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _tree_size(root: Any) -> int:
+    total = 0
+    for base, _dirs, files in os.walk(root):
+        total += sum(_size(os.path.join(base, f)) for f in files)
+    return total

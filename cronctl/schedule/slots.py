@@ -1,0 +1,100 @@
+"""Where a job's slots fall: pure functions of (spec, now), built on schedule.py.
+
+`next_run_at` in the store is always a slot (a UTC instant on the job's
+schedule). Jitter is a fixed per-job delay added when the slot is fired, so a
+slot keeps its identity whatever the jitter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cronctl.models import JobSpec
+from cronctl.schedule.cron import (
+    count_slots,
+    cron_cadence,
+    cron_next,
+    cron_prev,
+    default_grace,
+    every_count,
+    every_next,
+    jitter_offset,
+    parse_cron,
+)
+from cronctl.timefmt import utc_ms
+
+
+def first_slot(spec: JobSpec, now: datetime) -> datetime | None:
+    """The first slot of a job created, edited or resumed at `now`."""
+    if spec.cron is not None:
+        return cron_next(parse_cron(spec.cron), spec.timezone, now)
+    if spec.every is not None:
+        return utc_ms(now + timedelta(seconds=spec.every))
+    return spec.at
+
+
+def slot_after(spec: JobSpec, slot: datetime, after: datetime) -> datetime | None:
+    """The first slot strictly after `after`, on the grid that `slot` belongs to (None: no more)."""
+    if spec.cron is not None:
+        return cron_next(parse_cron(spec.cron), spec.timezone, max(slot, after))
+    if spec.every is not None:
+        return utc_ms(every_next(slot, spec.every, max(slot, after)))
+    return None
+
+
+def cadence(spec: JobSpec, slot: datetime) -> float | None:
+    """Seconds between this slot and the next one; None for a one-shot."""
+    if spec.cron is not None:
+        return cron_cadence(parse_cron(spec.cron), spec.timezone, slot)
+    return spec.every
+
+
+def grace(spec: JobSpec, slot: datetime) -> float:
+    if spec.grace is not None:
+        return spec.grace
+    return default_grace(cadence(spec, slot) or 0.0)
+
+
+def starting_deadline(spec: JobSpec, slot: datetime) -> float:
+    if spec.starting_deadline is not None:
+        return spec.starting_deadline
+    return grace(spec, slot)
+
+
+def fire_at(spec: JobSpec, slot: datetime) -> datetime:
+    """When a slot is really started: the slot plus the job's stable jitter."""
+    if spec.jitter <= 0:
+        return slot
+    return slot + timedelta(seconds=jitter_offset(spec.name, spec.jitter))
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """The slots due at `now`, coalesced: fire (at most) the latest one."""
+
+    latest: datetime  # the latest slot that is due
+    missed: int  # how many earlier due slots are coalesced into it
+    next_slot: datetime | None  # the first slot after `now`
+
+
+def collect_due(spec: JobSpec, next_run_at: datetime, now: datetime) -> Overdue | None:
+    """None when `next_run_at` is not due yet (jitter included)."""
+    # A slot is fireable once slot + jitter <= now, i.e. slot <= cutoff.
+    cutoff = now - (fire_at(spec, next_run_at) - next_run_at)
+    if next_run_at > cutoff:
+        return None
+    if spec.every is not None:
+        later = every_count(next_run_at, spec.every, cutoff)
+        latest = utc_ms(next_run_at + timedelta(seconds=spec.every * later))
+        return Overdue(latest, later, utc_ms(latest + timedelta(seconds=spec.every)))
+    if spec.cron is not None:
+        expr = parse_cron(spec.cron)
+        latest = max(next_run_at, cron_prev(expr, spec.timezone, cutoff + timedelta(microseconds=1)))
+        missed = count_slots(expr, spec.timezone, next_run_at, latest, limit=MAX_MISSED_COUNT)
+        return Overdue(latest, missed, cron_next(expr, spec.timezone, latest))
+    return Overdue(latest=next_run_at, missed=0, next_slot=None)
+
+
+# Counting the slots of a very long downtime stops here; the count then means "at least".
+MAX_MISSED_COUNT = 100_000
