@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from cronctl.proc import identity as procs
+from cronctl.proc.find import find_run_processes
 from cronctl.proc.supervisor import RunRequest, RunResult, Supervisor
 from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
@@ -199,10 +200,10 @@ def test_timeout_kills_a_term_trapping_job_and_its_setsid_grandchild(supervisor:
     supervisor.spawn_gated(req)
     opened = time.monotonic()
     supervisor.open_gates([req.run_id])
-    assert wait_until(lambda: len(procs.find_run_processes(req.run_id)) == 3, 5)
+    assert wait_until(lambda: len(find_run_processes(req.run_id)) == 3, 5)
     result = results.wait(req.run_id)
     timed_out = opened + req.timeout
-    assert wait_until(lambda: not procs.find_run_processes(req.run_id), timed_out + 4 - time.monotonic())
+    assert wait_until(lambda: not find_run_processes(req.run_id), timed_out + 4 - time.monotonic())
     dead = time.monotonic() - timed_out
     # Observed: 1.03-1.10 s from the timeout to no process left (kill_grace 1 s).
     assert dead < 4.0
@@ -220,7 +221,7 @@ def test_a_background_child_holding_stdout_does_not_hold_the_run_open(supervisor
     assert results.arrived[req.run_id] - opened < 3.0
     assert (result.status, result.output_tail, result.leftovers_killed) == ("success", "started\n", 1)
     assert result.duration < 1.0  # the job's own time, not the drain
-    assert procs.find_run_processes(req.run_id) == []
+    assert find_run_processes(req.run_id) == []
 
 
 def test_a_descendant_that_keeps_writing_cannot_hold_the_run_open(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
@@ -232,14 +233,14 @@ def test_a_descendant_that_keeps_writing_cannot_hold_the_run_open(supervisor: Su
     assert results.arrived[req.run_id] - opened < 5.0
     assert (result.status, result.log_truncated, result.leftovers_killed) == ("success", True, 1)
     # SIGKILL is sent before the result; on a busy machine the kernel may take a moment to end it.
-    assert wait_until(lambda: procs.find_run_processes(req.run_id) == [], 5)
+    assert wait_until(lambda: find_run_processes(req.run_id) == [], 5)
 
 
 def test_kill_reports_killed_with_its_reason_and_the_group_dies(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
     req = request(tmp_path, "sleep 300 & sleep 300 & wait", kill_grace=2.0)
     spawned = supervisor.spawn_gated(req)
     supervisor.open_gates([req.run_id])
-    assert wait_until(lambda: len(procs.find_run_processes(req.run_id)) == 3, 5)
+    assert wait_until(lambda: len(find_run_processes(req.run_id)) == 3, 5)
     asked = time.monotonic()
     assert supervisor.kill(req.run_id, "replaced") is True
     assert time.monotonic() - asked < 0.5  # non-blocking: the supervisor thread does it
@@ -281,7 +282,7 @@ def test_shutdown_kills_every_run_and_delivers_every_result(results: Results, tm
     assert {results.by_id[r.run_id].reason for r in [*running, stubborn]} == {"shutdown"}
     assert (results.by_id[gated.run_id].status, results.by_id[gated.run_id].reason) == ("not_started", "shutdown")
     assert sup.running() == []
-    assert all(procs.find_run_processes(r.run_id) == [] for r in [*running, stubborn, gated])
+    assert all(find_run_processes(r.run_id) == [] for r in [*running, stubborn, gated])
     assert not any(t.name == "cronctl-supervisor" for t in threading.enumerate())
     with pytest.raises(RuntimeError):
         sup.spawn_gated(request(tmp_path, "true"))

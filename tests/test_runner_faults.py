@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from cronctl.proc import identity as procs
+from cronctl.proc.find import find_run_processes
 from cronctl.proc.supervisor import BlockedConfig, SpawnError, Supervisor, spawn_session
 from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
@@ -336,7 +337,7 @@ def test_killing_a_job_that_ignores_sigterm_takes_its_grace_then_sigkill(supervi
     # Observed: about 0.55 s from kill() to the result for a 0.5 s grace.
     assert 0.5 <= took < 3.0
     assert (result.status, result.reason, result.signal) == ("killed", "killed", 9)
-    assert procs.find_run_processes(req.run_id) == []
+    assert find_run_processes(req.run_id) == []
 
 
 def test_a_slow_kill_does_not_delay_other_runs(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ from typing import Any
 
 from cronctl.errors import CronctlError
 from cronctl.proc import identity as procs
+from cronctl.proc.find import snapshot_runs
+from cronctl.proc.kill import Termination
 
 SUCCESS = "success"
 ERROR = "error"
@@ -293,10 +295,10 @@ class _Run:
     ended_mono: float | None = None
     drain_deadline: float | None = None
     stop: tuple[str, str] | None = None  # (status, reason) of a stop we began
-    term: procs.Termination | None = None
+    term: Termination | None = None
     term_deadline: float = 0.0
     term_done: bool = False
-    leftovers: procs.Termination | None = None
+    leftovers: Termination | None = None
     leftovers_deadline: float = 0.0
     leftovers_scanned: bool = False
     next_poll: float = 0.0
@@ -816,13 +818,13 @@ class Supervisor:
                 return
         self._scans_waiting_since = None
         scans, self._scans = self._scans, {}
-        found = procs.snapshot_runs({run_id: run.identity for run_id, (run, _) in scans.items()})
+        found = snapshot_runs({run_id: run.identity for run_id, (run, _) in scans.items()})
         for run_id, (run, purpose) in scans.items():
             if run.finalized:
                 continue
             processes = found.get(run_id, [])
             if purpose == "stop":
-                run.term = procs.Termination(processes, [run.pid])
+                run.term = Termination(processes, [run.pid])
                 run.term.send_term()
                 run.term_deadline = now + run.req.kill_grace
             elif purpose == "force" and run.term is not None:
@@ -832,7 +834,7 @@ class Supervisor:
             elif purpose == "leftovers":
                 run.leftovers_scanned = True
                 if processes:
-                    run.leftovers = procs.Termination(processes, [run.pid])
+                    run.leftovers = Termination(processes, [run.pid])
                     run.leftovers.send_term()
                     run.leftovers_deadline = now + run.req.kill_grace
             run.next_poll = now + _SURVIVOR_POLL
