@@ -8,7 +8,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cronctl.proc.supervisor import RunRequest, RunResult
+from cronctl.proc.run import RunResult
+from cronctl.proc.spawn import RunRequest
 
 
 class Results:

@@ -17,7 +17,9 @@ import pytest
 
 from cronctl.proc import identity as procs
 from cronctl.proc.find import find_run_processes
-from cronctl.proc.supervisor import RunRequest, RunResult, Supervisor
+from cronctl.proc.run import RunResult
+from cronctl.proc.spawn import RunRequest
+from cronctl.proc.supervisor import Supervisor
 from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 pytestmark = pytest.mark.slow
@@ -364,7 +366,8 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     import sys, threading, time, uuid
     from pathlib import Path
     import psutil
-    from cronctl.proc.supervisor import RunRequest, Supervisor
+    from cronctl.proc.spawn import RunRequest
+    from cronctl.proc.supervisor import Supervisor
 
     results = {}
     done = threading.Event()

@@ -18,7 +18,8 @@ import pytest
 
 from cronctl.proc import identity as procs
 from cronctl.proc.find import find_run_processes
-from cronctl.proc.supervisor import BlockedConfig, SpawnError, Supervisor, spawn_session
+from cronctl.proc.spawn import BlockedConfig, SpawnError, spawn_session
+from cronctl.proc.supervisor import Supervisor
 from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 pytestmark = pytest.mark.slow
@@ -123,7 +124,8 @@ EMFILE_SCRIPT = textwrap.dedent(
     import errno, os, resource, sys, uuid
     from pathlib import Path
     import psutil
-    from cronctl.proc.supervisor import RunRequest, SpawnError, Supervisor
+    from cronctl.proc.spawn import RunRequest, SpawnError
+    from cronctl.proc.supervisor import Supervisor
 
     sup = Supervisor(on_result=print)
     sup.start()
@@ -178,7 +180,8 @@ NPROC_SCRIPT = textwrap.dedent(
     import errno, os, resource, sys, uuid
     from pathlib import Path
     import psutil
-    from cronctl.proc.supervisor import RunRequest, SpawnError, Supervisor
+    from cronctl.proc.spawn import RunRequest, SpawnError
+    from cronctl.proc.supervisor import Supervisor
 
     sup = Supervisor(on_result=print)
     sup.start()
