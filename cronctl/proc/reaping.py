@@ -42,8 +42,8 @@ def reap_orphans(tracked: Mapping[int, TrackedRun], now: float) -> list[TrackedR
             return ended
         run = pending.pop(info.si_pid, None)
         if run is not None:
-            collect_exit(run, now)
-            ended.append(run)
+            if collect_exit(run, now):
+                ended.append(run)
             continue
         try:
             os.waitpid(info.si_pid, os.WNOHANG)
