@@ -9,6 +9,7 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
+    # Each way out imports only what it needs, here rather than at the top: start-up time.
     if argv == ["--version"]:
         from cronctl import __version__
 

@@ -48,6 +48,8 @@ def _global_options(argv: list[str]) -> tuple[str | None, list[str] | None]:
 
 
 def run(args: StatusArgs, clock: Any = None) -> int:
+    # Imported here: every invocation parses its arguments with this module, and only
+    # `status --json` needs these.
     from cronctl.cli.render import print_json
     from cronctl.context import Context
     from cronctl.ops.status import status, status_json

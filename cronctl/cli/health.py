@@ -24,6 +24,7 @@ def doctor(
 
     Example: cronctl doctor --repair
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import doctor as doctor_mod
 
     ctx = open_context()

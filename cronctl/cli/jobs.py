@@ -56,6 +56,7 @@ def add(
 
     Example: cronctl add backup --cron "0 3 * * *" --tz Europe/Berlin -- "pg_dump db | gzip > /tmp/db.gz"
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
@@ -87,6 +88,7 @@ def edit(
 
     Example: cronctl edit backup --cron "30 3 * * *" --timeout 2h
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
@@ -140,6 +142,7 @@ def remove(
 
     Example: cronctl remove backup --force
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
     killed = ops.remove_job(open_context(), name, force)
@@ -152,6 +155,7 @@ def list_cmd(json_out: JsonOpt = False) -> None:
 
     Example: cronctl list --json
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
@@ -165,6 +169,7 @@ def show(name: Annotated[str, typer.Argument(help="Job to show.")], json_out: Js
 
     Example: cronctl show backup
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
@@ -183,6 +188,7 @@ def next_cmd(
 
     Example: cronctl next backup -n 3 --from 2026-10-24T00:00:00+02:00
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
@@ -203,6 +209,7 @@ def apply(
 
     Example: cronctl apply -f jobs.yaml --prune --dry-run
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
     plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run)
@@ -221,6 +228,7 @@ def validate(
 
     Example: cronctl validate -f jobs.example.yaml
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
     specs = ops.validate_file(str(file))
@@ -237,6 +245,7 @@ def pause(name: Annotated[str, typer.Argument(help="Job to pause.")]) -> None:
 
     Example: cronctl pause backup
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
     changed = ops.pause_job(open_context(), name)
@@ -255,6 +264,7 @@ def resume(
     """
     if bool(name) == all_jobs:
         raise UsageError("give a job name or --all")
+    # Imported here: only this command needs it (start-up time).
     from cronctl.cli import views
     from cronctl.ops.resume import resume as resume_jobs
 

@@ -24,6 +24,7 @@ def metrics(
 
     Example: cronctl metrics -o /var/lib/node_exporter/textfile/cronctl.prom
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.metrics import metrics_for, write_textfile
 
     data = metrics_for(open_context())

@@ -42,6 +42,7 @@ def import_crontab(
 
     Example: crontab -l | cronctl import-crontab - -o jobs.yaml
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import migrate
 
     request = migrate.ImportRequest(file, user_field=user_field, prefix=prefix, zone=zone, dry_run=dry_run,
@@ -97,6 +98,7 @@ def export_cmd(
 
     Example: cronctl export --format systemd backup -o units/
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import migrate
 
     source = migrate.export_source(file, open_context, _state["clock"] or SystemClock())

@@ -37,6 +37,7 @@ def audit(
 
     Example: cronctl audit --job backup --event 'run.*' --since 1h
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.store.audit import filter_rows
 
     ctx = open_context()
@@ -50,6 +51,7 @@ def audit(
 
 def _since(text: str, ctx: Context) -> datetime:
     """--since: a duration ago (1h), else an ISO instant."""
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.definitions import parse_instant
 
     try:
@@ -84,6 +86,7 @@ def run(
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.loop.scheduler import LoopOptions
     from cronctl.ops.runs import run_loop
 
@@ -116,6 +119,7 @@ def status(
 
     Example: cronctl status --stale || alert "cron is stale"
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.status import status as status_report
     from cronctl.ops.status import status_json
 
@@ -148,6 +152,7 @@ def history(
 
     Example: cronctl history backup -n 5
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.runs import run_history
 
     records = run_history(open_store_context(), name, count)
@@ -167,6 +172,7 @@ def logs(
 
     Example: cronctl logs backup -f
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.runs import log_path
 
     ctx = open_context()
@@ -176,6 +182,7 @@ def logs(
 
 def _print_log(ctx: Context, job: str, run_id: str, path: Path, follow: bool) -> None:
     """Copy the log to stdout; with follow, keep copying until the run is over."""
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.runs import run_is_active
 
     with open(path, "rb") as handle:
@@ -203,6 +210,7 @@ def force_run(
 
     Example: cronctl force-run backup --wait
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import runs as runops
 
     result = runops.force_run(open_context(), name, wait)
@@ -225,6 +233,7 @@ def kill(name: Annotated[str, typer.Argument(help="Job whose runs to end.")]) ->
 
     Example: cronctl kill backup
     """
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops.runs import kill_job
 
     killed = kill_job(open_context(), name)
