@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 import typer
 
 from cronctl import __version__
+from cronctl.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     from cronctl.context import Context
@@ -56,6 +57,12 @@ def open_context() -> Context:
     from cronctl.paths import resolve_home
 
     return Context.open(resolve_home(_state["home"]), clock=_state["clock"])
+
+
+def cli_clock() -> Clock:
+    """The clock of this invocation, for a command that opens no context."""
+    clock: Clock = _state["clock"] or SystemClock()
+    return clock
 
 
 def open_store_context() -> Context:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 import typer
 
 from cronctl.cli import render
-from cronctl.cli.app import JsonOpt, _state, app, open_context
-from cronctl.clock import SystemClock
+from cronctl.cli.app import JsonOpt, app, cli_clock, open_context
 
 if TYPE_CHECKING:
+    from cronctl.interop.export.base import ExportResult
     from cronctl.ops.migrate import CrontabImport
 
 OutputOpt = Annotated[Optional[Path], typer.Option("-o", "--output",
@@ -101,7 +101,7 @@ def export_cmd(
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops import migrate
 
-    source = migrate.export_source(file, open_context, _state["clock"] or SystemClock())
+    source = migrate.export_source(file, open_context, cli_clock())
     for job in source.completed:
         render.warn(f"{job}: completed in cronctl; exported paused")
     result, count = migrate.export(source, fmt, names or [])
@@ -111,10 +111,14 @@ def export_cmd(
     if output is not None:
         for path in migrate.write_export(output, result):
             render.say(f"wrote {path}")
-    else:
+    elif result.files:
         separator = "---\n" if fmt == "kubernetes" else "\n"
-        if result.files:
-            render.say(separator.join(item.text for item in result.files).rstrip("\n"))
+        render.say(separator.join(item.text for item in result.files).rstrip("\n"))
+    _warn_untranslated(result, count)
+
+
+def _warn_untranslated(result: ExportResult, count: int) -> None:
+    """What the other engine will not do as cronctl does, per job."""
     for job, notes in result.notes.items():
         for note in notes:
             render.warn(f"{job}: not translated: {note}")
