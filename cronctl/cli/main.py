@@ -24,6 +24,8 @@ from cronctl.cli import migrate as _migrate  # noqa: F401
 from cronctl.cli import metrics as _metrics  # noqa: F401
 # isort: on
 
+__all__ = ["app", "main"]  # app: with every command registered (tests list the commands)
+
 _built: dict[int, Any] = {}
 
 
