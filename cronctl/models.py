@@ -20,7 +20,7 @@ NAME_MAX = 64
 
 class StrEnum(str, Enum):
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
 
 class Overlap(StrEnum):
