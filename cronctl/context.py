@@ -9,6 +9,7 @@ from cronctl.clock import Clock, SystemClock
 from cronctl.paths import Paths, open_home
 from cronctl.store.audit import AuditLog
 from cronctl.store.jsonstore import Store
+from cronctl.store.leases import JsonLeaseStore, LeaseStore
 
 
 @dataclass
@@ -17,6 +18,12 @@ class Context:
     store: Store
     audit: AuditLog
     clock: Clock = field(default_factory=SystemClock)
+    # The run path's writes go through this interface; None: the JSON store over `store`.
+    leases: LeaseStore = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.leases is None:
+            self.leases = JsonLeaseStore(self.store, self.audit, self.paths)
 
     @classmethod
     def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0) -> Context:

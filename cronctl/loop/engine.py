@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 from cronctl.context import Context
 from cronctl.jobs.state import JobView
-from cronctl.models import AuditEvent, JobSpec, RunStatus, command_text
+from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, command_text
 from cronctl.proc.supervisor import BlockedConfig, RunRequest, RunResult, SpawnError, Supervisor
 from cronctl.schedule.slots import fire_at
 from cronctl.store import claims as claims_mod
-from cronctl.store import history
-from cronctl.store.claims import ClaimBatch, Dispatched, Event, Lease, NewClaim, Outcome, Owner
+from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
+from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
 from cronctl.timefmt import from_iso, to_iso
 
 LOG_CAP = 1_000_000
@@ -170,11 +170,9 @@ class Engine:
         capacity = self._capacity()
         if capacity == 0:
             return 0
-        with self.ctx.store.transaction() as doc:
-            batch = claims_mod.claim_due(doc, now, self.owner, self.lease(), capacity)
+        batch = self.ctx.leases.claim_due(now, self.owner, self.lease(), capacity)
         self._saturated = batch.deferred > 0
         self._signature = None  # our own write changed the store: recompute the next due instant
-        self._write_events(batch.events)
         if batch.claims and os.environ.get(CRASH_ENV) == "after_claim":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         self.dispatch(batch)
@@ -183,9 +181,7 @@ class Engine:
     def force(self, name: str) -> ClaimBatch:
         """force-run: claim now under the usual overlap rules and dispatch."""
         now = self.ctx.clock.now()
-        with self.ctx.store.transaction() as doc:
-            batch = claims_mod.claim_force(doc, name, now, self.owner, self.lease())
-        self._write_events(batch.events)
+        batch = self.ctx.leases.claim_force(name, now, self.owner, self.lease())
         self.dispatch(batch)
         return batch
 
@@ -250,14 +246,11 @@ class Engine:
         if capacity == 0:
             return 0
         try:
-            with self.ctx.store.transaction() as doc:
-                batch = claims_mod.claim_ahead(doc, now, now + timedelta(seconds=lead), self.owner, self.lease(),
-                                               capacity)
-                advanced = {new.run_id: doc["jobs"][new.job]["state"].get("next_run_at") for new in batch.claims}
+            batch = self.ctx.leases.claim_ahead(now, now + timedelta(seconds=lead), self.owner, self.lease(),
+                                                capacity)
         finally:
             self._signature = None  # recompute the next instants from the store as it now is
         self._saturated = batch.deferred > 0
-        self._write_events(batch.events)
         if not batch.claims:
             return 0
         if os.environ.get(CRASH_ENV) == "after_claim":
@@ -271,7 +264,7 @@ class Engine:
             new = by_id[run.run_id]
             assert new.held_until is not None
             self.held[run.run_id] = HeldRun(new.job, run.run_id, new.spec, to_iso(new.slot) or "", new.held_until,
-                                            advanced[run.run_id], run.pid, run.start_time)
+                                            new.advanced_to, run.pid, run.start_time)
         if spawned and os.environ.get(CRASH_ENV) == "held_at_gate":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with children waiting at their gates
         return len(spawned)
@@ -295,29 +288,15 @@ class Engine:
         if not due:
             return
         started = self.ctx.clock.monotonic()
-        kept: list[HeldRun] = []
-        events: list[Event] = []
-        with self.ctx.store.transaction() as doc:
-            for held in due:
-                why = _changed_since_claim(doc, held, self.owner)
-                if why is not None:
-                    event = claims_mod.unhold(doc, held.job, held.run_id, held.advanced_to, why)
-                    events.append(event or Event(AuditEvent.RUN_SKIPPED, {
-                        "job": held.job, "run_id": held.run_id, "slot": held.slot,
-                        "reason": "cancelled_before_slot", "why": why}))
-                    continue
-                mono = self.ctx.clock.monotonic() + (held.due - self.ctx.clock.now()).total_seconds()
-                run = Dispatched(held.job, held.run_id, held.pid, held.start_time, mono)
-                if claims_mod.mark_dispatched(doc, self.owner, [run], held.due, observe=False):
-                    kept.append(held)
-            self._flush_lateness(doc)
+        gates = [self._gate_of(held) for held in due]
+        kept_ids = set(self.ctx.leases.release_held(self.owner, gates, self._lateness))
+        self._lateness.clear()
         self._signature = None
         self._release_write = self.ctx.clock.monotonic() - started
-        kept_ids = {held.run_id for held in kept}
+        kept = [held for held in due if held.run_id in kept_ids]
         for held in due:
             if held.run_id not in kept_ids:
                 self._discard(held.run_id)
-        self._write_events(events)
         by_instant: dict[datetime, list[str]] = {}
         for held in kept:
             held.released = True
@@ -327,6 +306,12 @@ class Engine:
             if self._quiet_until is None or quiet > self._quiet_until:
                 self._quiet_until = quiet
             self.supervisor.open_gates_after(run_ids, (instant - self.ctx.clock.now()).total_seconds())
+
+    def _gate_of(self, held: HeldRun) -> HeldGate:
+        # The monotonic instant its gate opens: the child's start as the healer measures it.
+        mono = self.ctx.clock.monotonic() + (held.due - self.ctx.clock.now()).total_seconds()
+        run = Dispatched(held.job, held.run_id, held.pid, held.start_time, mono)
+        return HeldGate(held.job, held.run_id, held.spec, held.slot, held.advanced_to, run, held.due)
 
     def report_started(self, ending: dict[str, RunResult] | None = None) -> None:
         """After the instant: run.started rows and the lateness of the runs released then.
@@ -366,16 +351,10 @@ class Engine:
         back = [h for h in list(self.held.values()) if self.supervisor.cancel_gate(h.run_id)]
         if not back:
             return 0
-        events = []
-        with self.ctx.store.transaction() as doc:
-            for held in back:
-                event = claims_mod.unhold(doc, held.job, held.run_id, held.advanced_to, why)
-                if event is not None:
-                    events.append(event)
+        self.ctx.leases.unhold([Unhold(h.job, h.run_id, h.advanced_to) for h in back], why)
         self._signature = None
         for held in back:
             self._discard(held.run_id)
-        self._write_events(events)
         return len(back)
 
     def _discard(self, run_id: str) -> None:
@@ -383,11 +362,6 @@ class Engine:
         self.active.pop(run_id, None)
         self._discarded.add(run_id)
         self.supervisor.cancel_gate(run_id)
-
-    def _flush_lateness(self, doc: dict[str, Any]) -> None:
-        for seconds in self._lateness:
-            claims_mod.observe_lateness(doc, seconds)
-        self._lateness.clear()
 
     # --- dispatch ----------------------------------------------------------------
 
@@ -401,8 +375,7 @@ class Engine:
             return
         now = self.ctx.clock.now()
         try:
-            with self.ctx.store.transaction() as doc:
-                kept = claims_mod.mark_dispatched(doc, self.owner, spawned, now)
+            kept = self.ctx.leases.mark_dispatched(self.owner, spawned, now)
         except BaseException:
             # Not persisted, so not allowed to begin: cancelled at the gate, they end
             # as not_started and their claims are released when that is recorded.
@@ -432,14 +405,13 @@ class Engine:
     def _spawn_all(self, claims: list[NewClaim]) -> list[Dispatched]:
         """Spawn every claimed run at its gate; the ones that cannot start give their claim back."""
         spawned: list[Dispatched] = []
-        refused: list[tuple[NewClaim, Outcome | None, Event]] = []
+        refused: list[Refused] = []
         for new in claims:
             self._spawn_one(new, spawned, refused)
-        self._release_refused(refused)
+        self.ctx.leases.release_refused(self.owner, refused, self.ctx.clock.now())
         return spawned
 
-    def _spawn_one(self, new: NewClaim, spawned: list[Dispatched],
-                   refused: list[tuple[NewClaim, Outcome | None, Event]]) -> None:
+    def _spawn_one(self, new: NewClaim, spawned: list[Dispatched], refused: list[Refused]) -> None:
         log_path = self.ctx.paths.run_log(new.job, new.run_id)
         request = RunRequest(
             run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
@@ -450,49 +422,26 @@ class Engine:
         try:
             child = self.supervisor.spawn_gated(request)
         except BlockedConfig as exc:
-            outcome = Outcome(RunStatus.NOT_STARTED, "blocked_config", output_tail=exc.message, fault="job")
-            refused.append((new, outcome, Event(AuditEvent.RUN_SKIPPED, {
+            outcome = Outcome(RunStatus.NOT_STARTED, "blocked_config", output_tail=exc.message, fault=Fault.JOB)
+            refused.append(Refused(new.job, new.run_id, outcome, Event(AuditEvent.RUN_SKIPPED, {
                 "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "blocked_config",
                 "field": exc.field, "message": exc.message})))
             return
         except SpawnError as exc:
-            refused.append((new, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
+            refused.append(Refused(new.job, new.run_id, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
                 "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
                 "errno": exc.errno, "error": str(exc)})))
             return
         except Exception as exc:
             # Anything else that stops one spawn must not leak this claim, nor
             # leave the rest of the batch claimed and gated forever.
-            refused.append((new, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
+            refused.append(Refused(new.job, new.run_id, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
                 "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
                 "errno": getattr(exc, "errno", None), "error": f"{type(exc).__name__}: {exc}"})))
             return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
                                             str(log_path))
         spawned.append(Dispatched(new.job, new.run_id, child.pid, child.start_time, self.ctx.clock.monotonic()))
-
-    def _release_refused(self, refused: list[tuple[NewClaim, Outcome | None, Event]]) -> None:
-        """Spawn failures release the claim at once; a blocked config is recorded once, then skipped."""
-        if not refused:
-            return
-        now = self.ctx.clock.now()
-        rows: list[Event] = []
-        records: list[dict[str, Any]] = []
-        with self.ctx.store.transaction() as doc:
-            for new, outcome, event in refused:
-                state = doc["jobs"].get(new.job, {}).get("state", {})
-                if outcome is None or state.get("blocked") == outcome.output_tail:
-                    claims_mod.release(doc, new.job, new.run_id)
-                    rows.append(event)
-                    continue
-                done = claims_mod.finish(doc, new.job, new.run_id, self.owner, outcome, now)
-                state["blocked"] = outcome.output_tail
-                rows.extend(done.events)
-                if done.record:
-                    records.append(done.record)
-        self._write_events(rows)
-        for record in records:
-            history.append_record(self.ctx.paths, record)
 
     # --- results -------------------------------------------------------------------
 
@@ -513,18 +462,12 @@ class Engine:
         if self.held:
             self.report_started({r.run_id: r for r in results if r.run_id in self.held})
         now = self.ctx.clock.now()
-        done_list = []
+        runs = [self.active.get(result.run_id) for result in results]
+        ends = [RunEnd(result.run_id, outcome_of(result), run.job if run else None, run.log_path if run else None)
+                for result, run in zip(results, runs, strict=True)]
         try:
-            with self.ctx.store.transaction() as doc:
-                for result in results:
-                    run = self.active.get(result.run_id)
-                    job = run.job if run else _job_of(doc, result.run_id)
-                    done = claims_mod.finish(doc, job or "?", result.run_id, self.owner, outcome_of(result), now)
-                    if not done.fenced:
-                        state = doc["jobs"][job]["state"]
-                        state.pop("blocked", None)
-                    done_list.append((run, done))
-                self._flush_lateness(doc)
+            finished = self.ctx.leases.finish_many(self.owner, ends, now, self._lateness)
+            self._lateness.clear()
         except BaseException:
             # Nothing was written: keep the results for the next tick. Dropped,
             # their runs would stay "running" (and renewed) forever.
@@ -534,17 +477,14 @@ class Engine:
         for result in results:
             self.active.pop(result.run_id, None)
             self.held.pop(result.run_id, None)
-        for run, done in done_list:
+        for run, done in zip(runs, finished, strict=True):
             self._after_finish(run, done)
         return len(results)
 
-    def _after_finish(self, run: ActiveRun | None, done: claims_mod.Finished) -> None:
-        self._write_events(done.events)
+    def _after_finish(self, run: ActiveRun | None, done: Finished) -> None:
+        """The lease store wrote the rows and the record; what is left is the loop's."""
         if done.record is None:
             return
-        done.record["log"] = run.log_path if run else None
-        history.append_record(self.ctx.paths, done.record)
-        history.prune_logs(self.ctx.paths, done.record["job"])
         if done.run_on_failure and run is not None:
             self._start_on_failure(run, done.record)
         for listener in list(self.finished_listeners):
@@ -589,8 +529,7 @@ class Engine:
         if not self.active or (not force and mono - self._last_renew < self.options.renew_every):
             return
         self._last_renew = mono
-        with self.ctx.store.transaction() as doc:
-            lost = claims_mod.renew(doc, self.owner, {r: a.job for r, a in self.active.items()}, self.lease())
+        lost = self.ctx.leases.renew(self.owner, {r: a.job for r, a in self.active.items()}, self.lease())
         for run_id in lost:
             # Someone (an operator's resume, a healer) took the claim away: stop the work we no longer own.
             self.supervisor.kill(run_id, "claim_released")
@@ -599,14 +538,7 @@ class Engine:
         """A new generation takes over the runs this process still supervises."""
         old = self.owner
         self.owner = new_owner
-        adopted = 0
-        with self.ctx.store.transaction() as doc:
-            for run_id, run in self.active.items():
-                claim = (doc["jobs"].get(run.job, {}).get("state", {}).get("claims") or {}).get(run_id)
-                if claim is not None and old.owns(claim):
-                    claim["owner"] = new_owner.to_dict()
-                    adopted += 1
-        return adopted
+        return self.ctx.leases.adopt(old, new_owner, {r: a.job for r, a in self.active.items()})
 
     def shutdown(self, wait: float | None = None) -> int:
         """Stop every run (kill_grace each), record them `killed` reason shutdown.
@@ -625,10 +557,6 @@ class Engine:
         self._quiet_until = None  # every result now, whatever burst was starting
         return self.record_results()
 
-    def _write_events(self, events: list[Event]) -> None:
-        for event in events:
-            self.ctx.audit.append(event.name, **event.details)
-
 
 def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
     """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
@@ -639,22 +567,6 @@ def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None
     ahead = min(fires)
     together = sum(1 for when in fires if (when - ahead).total_seconds() <= 1.0)
     return earliest_fire(doc), ahead, together
-
-
-def _changed_since_claim(doc: dict[str, Any], held: HeldRun, owner: Owner) -> str | None:
-    """Why a run claimed ahead must not start after all, or None."""
-    entry = doc["jobs"].get(held.job)
-    if entry is None:
-        return "removed"
-    claim = (entry["state"].get("claims") or {}).get(held.run_id)
-    if claim is None or not owner.owns(claim):
-        return "claim_released"
-    view = JobView.from_entry(entry)
-    if view.paused:
-        return "paused"
-    if view.spec != held.spec:
-        return "edited"
-    return None
 
 
 def earliest_fire(doc: dict[str, Any]) -> datetime | None:
@@ -690,14 +602,7 @@ def outcome_of(result: RunResult) -> Outcome:
     status = RunStatus(result.status)
     return Outcome(status=status, reason=result.reason, exit_code=result.exit_code, signal=result.signal,
                    duration=result.duration, output_tail=result.output_tail,
-                   fault="platform" if result.reason == "shutdown" else None)
-
-
-def _job_of(doc: dict[str, Any], run_id: str) -> str | None:
-    for name, entry in doc["jobs"].items():
-        if run_id in (entry["state"].get("claims") or {}):
-            return name
-    return None
+                   fault=Fault.PLATFORM if result.reason == "shutdown" else None)
 
 
 def describe(spec: JobSpec) -> str:
