@@ -558,6 +558,45 @@ class Engine:
         return self.record_results()
 
 
+def build_engine(ctx: Context, owner: Owner, options: EngineOptions | None = None,
+                 wake: threading.Event | None = None, subreaper: bool = False) -> Engine:
+    """The one place that wires an engine and its supervisor: the supervisor hands every
+    result to the engine (on its own thread), the engine drives the supervisor. The
+    supervisor is not started: the caller starts it and shuts it down."""
+    engines: list[Engine] = []  # the engine needs its supervisor, the supervisor its result callback
+    supervisor = Supervisor(on_result=lambda result: engines[0].on_result(result), subreaper=subreaper)
+    engine = Engine(ctx, supervisor, owner, options, wake)
+    engines.append(engine)
+    return engine
+
+
+@dataclass(frozen=True)
+class OneRun:
+    run_id: str
+    record: dict[str, Any] | None  # its history record; None if it was never recorded
+
+
+def run_one(engine: Engine, job: str) -> OneRun | None:
+    """force-run without a loop: claim `job` now, then tend it with the loop's own steps
+    (record results, renew leases) until it has ended. None: the job's overlap skipped it.
+
+    The caller owns the supervisor: it started it, and shuts it down afterwards (which
+    also ends an on_failure hook still running)."""
+    records: list[dict[str, Any]] = []
+    engine.finished_listeners.append(records.append)
+    batch = engine.force(job)
+    if not batch.claims:
+        return None
+    run_id = batch.claims[0].run_id
+    while engine.active and not records:
+        engine.wake.wait(1.0)
+        engine.wake.clear()
+        engine.record_results()
+        engine.renew_if_due()
+    engine.record_results()
+    return OneRun(run_id, records[0] if records else None)
+
+
 def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
     """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
     fire within a second of that one (whose children are to be spawned together)."""

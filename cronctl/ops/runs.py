@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -109,38 +108,26 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
 
 
 def _force_here(ctx: Context, name: str) -> ForceResult:
-    """No loop runs: this process claims, supervises and records the run itself."""
-    from cronctl.loop.engine import Engine
-    from cronctl.proc.supervisor import Supervisor
+    """No loop runs: this process claims, supervises and records the run with the loop's own engine."""
+    from cronctl.loop.engine import build_engine, run_one
 
-    done = threading.Event()
-    records: list[dict[str, Any]] = []
-    engine_box: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda r: engine_box[0].on_result(r))
-    me = procs.identify(os.getpid())
-    owner = Owner(f"cli-{uuid.uuid4().hex[:8]}", os.getpid(), me.start_time if me else 0.0, procs.boot_id())
-    engine = Engine(ctx, supervisor, owner)
-    engine_box.append(engine)
-    engine.finished_listeners.append(lambda record: (records.append(record), done.set()))
-    supervisor.start()
+    engine = build_engine(ctx, _cli_owner())
+    engine.supervisor.start()
     try:
-        batch = engine.force(name)
-        if not batch.claims:
-            raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
-        run_id = batch.claims[0].run_id
-        while not done.is_set() and (engine.active or not records):
-            engine.wake.wait(1.0)
-            engine.wake.clear()
-            engine.record_results()
-            engine.renew_if_due()
-            if not engine.active and not records:
-                break
-        engine.record_results()
+        ran = run_one(engine, name)
     finally:
-        supervisor.shutdown("shutdown", wait=30)
+        engine.supervisor.shutdown("shutdown", wait=30)
         engine.record_results()
-    record = records[0] if records else history.find_record(ctx.paths, name, run_id)
-    return ForceResult(run_id, False, record)
+    if ran is None:
+        raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
+    record = ran.record or history.find_record(ctx.paths, name, ran.run_id)
+    return ForceResult(ran.run_id, False, record)
+
+
+def _cli_owner() -> Owner:
+    """This CLI process as the owner of the one run it supervises."""
+    me = procs.identify(os.getpid())
+    return Owner(f"cli-{uuid.uuid4().hex[:8]}", os.getpid(), me.start_time if me else 0.0, procs.boot_id())
 
 
 def exit_code_of(record: dict[str, Any] | None) -> int:
