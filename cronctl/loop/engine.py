@@ -18,60 +18,22 @@ from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from cronctl.context import Context
-from cronctl.jobs.state import JobView
+from cronctl.loop import held as held_mod
+from cronctl.loop.due import DueIndex
+from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
+from cronctl.loop.held import ActiveRun, HeldRun
+from cronctl.loop.on_failure import start_on_failure
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, command_text
 from cronctl.proc.supervisor import BlockedConfig, RunRequest, RunResult, SpawnError, Supervisor
-from cronctl.schedule.slots import fire_at
 from cronctl.store import claims as claims_mod
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
-from cronctl.timefmt import from_iso, to_iso
+from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
-# How long before its instant a slot is claimed and its child spawned at the gate, at
-# least; more when many children are due at once (SPAWN_COST_START each, then measured).
-PRESPAWN_LEAD = 2.0
-SPAWN_COST_START = 0.004
-# The "dispatched" write of runs claimed ahead is made this much (plus twice the last
-# such write's duration) before their instant, then the supervisor opens their gates.
-RELEASE_MARGIN = 0.05
-# run.started rows of runs released at an instant are written this long after it, when
-# the burst of children no longer needs the CPU.
-STARTED_REPORT_DELAY = 0.3
-# While a batch released at an instant starts, its children need every core: results
-# are recorded (and run.started rows written) only after this many seconds per run
-# released, at most BURST_QUIET_MAX.
-BURST_QUIET_PER_RUN = 0.002
-BURST_QUIET_MAX = 1.0
 # Test seam: CRONCTL_FAULT_LOOP_CRASH=after_claim SIGKILLs the loop right after a claim is written;
 # =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched.
 CRASH_ENV = "CRONCTL_FAULT_LOOP_CRASH"
-ON_FAILURE_TIMEOUT = 300.0
-
-
-@dataclass
-class ActiveRun:
-    job: str
-    run_id: str
-    spec: JobSpec
-    slot: str
-    attempt: int
-    log_path: str
-
-
-@dataclass
-class HeldRun:
-    """A run claimed ahead of its slot, its child waiting at the gate."""
-
-    job: str
-    run_id: str
-    spec: JobSpec
-    slot: str
-    due: datetime  # slot + jitter: when the gate opens
-    advanced_to: str | None  # what the claim set next_run_at to
-    pid: int
-    start_time: float
-    released: bool = False  # marked dispatched, gate opening handed to the supervisor
 
 
 @dataclass
@@ -115,16 +77,12 @@ class Engine:
         self.on_failure_runs: set[str] = set()
         self.finished_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending = _Pending()
-        self._signature: Any = None
-        self._doc: dict[str, Any] | None = None
-        self._next_due: datetime | None = None
-        self._next_ahead: datetime | None = None
+        self.due = DueIndex(ctx.store)
         self.held: dict[str, HeldRun] = {}
         # Runs handed back before their gate opened: their not_started result is no news.
         self._discarded: set[str] = set()
         self._release_write = 0.0  # seconds the last release write took
-        self._spawn_cost = SPAWN_COST_START  # seconds per gated child, as last measured
-        self._ahead_count = 0  # slots that fire with (or within a second of) the next one
+        self._spawn_cost = held_mod.SPAWN_COST_START  # seconds per gated child, as last measured
         self._lateness: list[float] = []  # observed, not yet persisted (runs claimed ahead)
         self._quiet_until: datetime | None = None  # no result recording before (a burst starts)
         self._last_renew = ctx.clock.monotonic()
@@ -164,15 +122,15 @@ class Engine:
     def fire_due(self) -> int:
         now = self.ctx.clock.now()
         self._saturated = False
-        self._refresh_next_due()
-        if self._next_due is None or self._next_due > now:
+        self.due.refresh()
+        if self.due.next_due is None or self.due.next_due > now:
             return 0
         capacity = self._capacity()
         if capacity == 0:
             return 0
         batch = self.ctx.leases.claim_due(now, self.owner, self.lease(), capacity)
         self._saturated = batch.deferred > 0
-        self._signature = None  # our own write changed the store: recompute the next due instant
+        self.due.invalidate()  # our own write changed the store: recompute the next due instant
         if batch.claims and os.environ.get(CRASH_ENV) == "after_claim":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         self.dispatch(batch)
@@ -187,40 +145,19 @@ class Engine:
 
     @property
     def doc(self) -> dict[str, Any]:
-        """The store as last read, re-read only when the file changed (one stat otherwise).
-
-        Shared with the healer, so an idle tick parses nothing. Read-only: every change
-        goes through a transaction, which reads the store afresh under its lock.
-        """
-        self._refresh_next_due()
-        assert self._doc is not None
-        return self._doc
-
-    def _refresh_next_due(self) -> None:
-        doc, signature = self.ctx.store.read_if_changed(self._signature)
-        if doc is None:
-            return
-        self._signature = signature
-        self._doc = doc
-        self._next_due, self._next_ahead, self._ahead_count = next_instants(doc)
+        """The store as last read (see DueIndex); shared with the healer, so an idle tick parses nothing."""
+        return self.due.doc
 
     def sleep_hint(self) -> float:
         now = self.ctx.clock.now()
         wake: list[datetime] = []
         if not self._saturated:
-            if self._next_due is not None:
-                wake.append(self._next_due)
-            if self._next_ahead is not None and self.options.prespawn_lead > 0:
-                wake.append(self._next_ahead - timedelta(seconds=self._lead()))
+            if self.due.next_due is not None:
+                wake.append(self.due.next_due)
+            if self.due.next_ahead is not None and self.options.prespawn_lead > 0:
+                wake.append(self.due.next_ahead - timedelta(seconds=self._lead()))
         quiet = self._quiet_until
-        for held in self.held.values():
-            if not held.released:
-                wake.append(held.due - self._release_margin())
-                continue
-            # Never sooner than a moment from now: a gate the supervisor has yet to open, or
-            # a result on its way, must not make the tick spin.
-            report_at = max(held.due + timedelta(seconds=STARTED_REPORT_DELAY), now + timedelta(seconds=0.05))
-            wake.append(max(report_at, quiet) if quiet is not None else report_at)
+        wake.extend(held_mod.wakeups(self.held.values(), now, self._release_margin(), quiet))
         if quiet is not None:
             wake.append(quiet)
         if not wake:
@@ -238,9 +175,9 @@ class Engine:
         if self.options.prespawn_lead <= 0 or self._saturated:
             return 0
         lead = self._lead()
-        self._refresh_next_due()
+        self.due.refresh()
         now = self.ctx.clock.now()
-        if self._next_ahead is None or self._next_ahead - now > timedelta(seconds=lead):
+        if self.due.next_ahead is None or self.due.next_ahead - now > timedelta(seconds=lead):
             return 0
         capacity = self._capacity()
         if capacity == 0:
@@ -249,7 +186,7 @@ class Engine:
             batch = self.ctx.leases.claim_ahead(now, now + timedelta(seconds=lead), self.owner, self.lease(),
                                                 capacity)
         finally:
-            self._signature = None  # recompute the next instants from the store as it now is
+            self.due.invalidate()  # recompute the next instants from the store as it now is
         self._saturated = batch.deferred > 0
         if not batch.claims:
             return 0
@@ -270,13 +207,10 @@ class Engine:
         return len(spawned)
 
     def _lead(self) -> float:
-        """The configured lead, plus twice the time to spawn the children due together, plus
-        room for the two store writes a big store makes slow (the claim ahead, then the
-        release; the last release write tells their cost)."""
-        return self.options.prespawn_lead + 2 * self._ahead_count * self._spawn_cost + 3 * self._release_write
+        return held_mod.lead(self.options.prespawn_lead, self.due.ahead_count, self._spawn_cost, self._release_write)
 
     def _release_margin(self) -> timedelta:
-        return timedelta(seconds=RELEASE_MARGIN + 2 * self._release_write)
+        return held_mod.release_margin(self._release_write)
 
     def release_held(self, force: bool = False) -> None:
         """Just before their instant: mark held runs dispatched (one write), then let the
@@ -291,7 +225,7 @@ class Engine:
         gates = [self._gate_of(held) for held in due]
         kept_ids = set(self.ctx.leases.release_held(self.owner, gates, self._lateness))
         self._lateness.clear()
-        self._signature = None
+        self.due.invalidate()
         self._release_write = self.ctx.clock.monotonic() - started
         kept = [held for held in due if held.run_id in kept_ids]
         for held in due:
@@ -302,7 +236,7 @@ class Engine:
             held.released = True
             by_instant.setdefault(held.due, []).append(held.run_id)
         for instant, run_ids in sorted(by_instant.items()):
-            quiet = instant + timedelta(seconds=min(BURST_QUIET_MAX, BURST_QUIET_PER_RUN * len(run_ids)))
+            quiet = held_mod.quiet_after(instant, len(run_ids))
             if self._quiet_until is None or quiet > self._quiet_until:
                 self._quiet_until = quiet
             self.supervisor.open_gates_after(run_ids, (instant - self.ctx.clock.now()).total_seconds())
@@ -322,8 +256,8 @@ class Engine:
         now = self.ctx.clock.now()
         if not ending and self._quiet_until is not None and now < self._quiet_until:
             return
-        ready = [h for h in self.held.values()
-                 if h.released and (h.run_id in ending or now - h.due >= timedelta(seconds=STARTED_REPORT_DELAY))]
+        settled = timedelta(seconds=held_mod.STARTED_REPORT_DELAY)
+        ready = [h for h in self.held.values() if h.released and (h.run_id in ending or now - h.due >= settled)]
         if not ready:
             return
         opened = self.supervisor.gate_opened_at([h.run_id for h in ready if h.run_id not in ending])
@@ -352,7 +286,7 @@ class Engine:
         if not back:
             return 0
         self.ctx.leases.unhold([Unhold(h.job, h.run_id, h.advanced_to) for h in back], why)
-        self._signature = None
+        self.due.invalidate()
         for held in back:
             self._discard(held.run_id)
         return len(back)
@@ -503,24 +437,10 @@ class Engine:
         return False
 
     def _start_on_failure(self, run: ActiveRun, record: dict[str, Any]) -> None:
-        """The job's own notifier: its failure must never wedge or crash the loop."""
-        assert run.spec.on_failure is not None
-        hook_id = f"{run.run_id}.on_failure"
-        env = {**run.spec.env, "CRONCTL_JOB": run.job, "CRONCTL_RUN_ID": run.run_id,
-               "CRONCTL_STATUS": record["status"], "CRONCTL_EXIT_CODE": str(record.get("exit_code") or ""),
-               "CRONCTL_LOG": run.log_path, "CRONCTL_SLOT": run.slot}
-        request = RunRequest(run_id=hook_id, job=run.job, command=run.spec.on_failure, cwd=run.spec.cwd,
-                             env=env, timeout=min(run.spec.timeout or ON_FAILURE_TIMEOUT, ON_FAILURE_TIMEOUT),
-                             kill_grace=run.spec.kill_grace,
-                             log_path=self.ctx.paths.job_runs_dir(run.job) / f"{hook_id}.log",
-                             log_cap=self.options.log_cap, drain_timeout=self.options.drain_timeout)
-        try:
-            self.supervisor.spawn_gated(request)
-        except (BlockedConfig, SpawnError) as exc:
-            print(f"cronctl: on_failure of {run.job} could not start: {exc}", file=sys.stderr)
-            return
-        self.on_failure_runs.add(hook_id)
-        self.supervisor.open_gates([hook_id])
+        hook_id = start_on_failure(self.ctx.paths, self.supervisor, run, record, self.options.log_cap,
+                                   self.options.drain_timeout)
+        if hook_id is not None:
+            self.on_failure_runs.add(hook_id)
 
     # --- leases --------------------------------------------------------------------------
 
@@ -595,41 +515,6 @@ def run_one(engine: Engine, job: str) -> OneRun | None:
         engine.renew_if_due()
     engine.record_results()
     return OneRun(run_id, records[0] if records else None)
-
-
-def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
-    """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
-    fire within a second of that one (whose children are to be spawned together)."""
-    fires = [when for entry in doc["jobs"].values() if (when := claims_mod.ahead_fire(entry)) is not None]
-    if not fires:
-        return earliest_fire(doc), None, 0
-    ahead = min(fires)
-    together = sum(1 for when in fires if (when - ahead).total_seconds() <= 1.0)
-    return earliest_fire(doc), ahead, together
-
-
-def earliest_fire(doc: dict[str, Any]) -> datetime | None:
-    """The first instant any job may need a claim (a retry or a slot plus its jitter)."""
-    earliest: datetime | None = None
-    for entry in doc["jobs"].values():
-        state = entry["state"]
-        if state.get("paused") or entry.get("paused") or state.get("completed"):
-            continue
-        candidates = []
-        retry = state.get("retry")
-        if retry and retry.get("due_at"):
-            candidates.append(from_iso(retry["due_at"]))
-        if state.get("next_run_at") and not (entry.get("repeat") is not None
-                                             and claims_mod.repeat_spent(JobView.from_entry(entry).spec, state)):
-            slot = from_iso(state["next_run_at"])
-            jitter = entry.get("jitter")
-            if jitter and jitter != "0s":
-                slot = fire_at(JobView.from_entry(entry).spec, slot)  # type: ignore[arg-type]
-            candidates.append(slot)
-        for when in candidates:
-            if when is not None and (earliest is None or when < earliest):
-                earliest = when
-    return earliest
 
 
 def run_env(spec: JobSpec, run_id: str, slot: str, attempt: int) -> dict[str, str]:
