@@ -74,6 +74,8 @@ class AuditEvent(StrEnum):
     SCHEDULER_STANDBY = "scheduler.standby"
     SCHEDULER_TAKEOVER = "scheduler.takeover"
     SCHEDULER_GENERATION_RESTARTED = "scheduler.generation_restarted"
+    SCHEDULER_TICK_STALLED = "scheduler.tick_stalled"
+    SCHEDULER_LEADER_KILLED = "scheduler.leader_killed"
     RUN_CLAIMED = "run.claimed"
     RUN_STARTED = "run.started"
     RUN_FINISHED = "run.finished"

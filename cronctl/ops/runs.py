@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -93,8 +92,9 @@ def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
 
 
 def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) -> dict[str, Any]:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while deadline is None or time.monotonic() < deadline:
+    clock = ctx.clock
+    deadline = None if timeout is None else clock.monotonic() + timeout
+    while deadline is None or clock.monotonic() < deadline:
         claim = ctx.leases.find_run(job, run_id)
         if claim is None:
             record = history.find_record(ctx.paths, job, run_id)
@@ -103,7 +103,7 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
         elif not owner_alive(claim.owner.to_dict() if claim.owner else {}):
             raise CronctlError(f"the loop running {job} run {run_id} died; the next 'cronctl run' records it "
                                f"as lost (see 'cronctl status')")
-        time.sleep(0.1)
+        clock.sleep(0.1)
     raise CronctlError(f"run {run_id} of '{job}' has not finished yet; follow it with 'cronctl logs {job} -f'")
 
 
@@ -205,7 +205,7 @@ def release_stuck_runs(ctx: Context, names: list[str] | None) -> list[str]:
 
     loop = loop_status(ctx.paths, ctx.clock.now())
     wedged_pid = loop.pid if loop.state == "wedged" else None
-    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
+    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
     jobs = names if names is not None else sorted(ctx.store.read()["jobs"])
     released: list[str] = []
     for job in jobs:
