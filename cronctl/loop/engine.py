@@ -479,12 +479,14 @@ class Engine:
 
 
 def build_engine(ctx: Context, owner: Owner, options: EngineOptions | None = None,
-                 wake: threading.Event | None = None, subreaper: bool = False) -> Engine:
+                 wake: threading.Event | None = None, subreaper: bool = False,
+                 make_supervisor: Callable[..., Supervisor] = Supervisor) -> Engine:
     """The one place that wires an engine and its supervisor: the supervisor hands every
     result to the engine (on its own thread), the engine drives the supervisor. The
-    supervisor is not started: the caller starts it and shuts it down."""
+    supervisor is not started: the caller starts it and shuts it down. `make_supervisor`
+    takes the Supervisor's keyword arguments (tests pass one that does not fork)."""
     engines: list[Engine] = []  # the engine needs its supervisor, the supervisor its result callback
-    supervisor = Supervisor(on_result=lambda result: engines[0].on_result(result), subreaper=subreaper)
+    supervisor = make_supervisor(on_result=lambda result: engines[0].on_result(result), subreaper=subreaper)
     engine = Engine(ctx, supervisor, owner, options, wake)
     engines.append(engine)
     return engine
