@@ -22,7 +22,7 @@ from cronctl.loop import held as held_mod
 from cronctl.loop.due import DueIndex
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
 from cronctl.loop.held import ActiveRun, HeldRun
-from cronctl.loop.on_failure import start_on_failure
+from cronctl.loop.on_failure import on_failure_request
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, command_text
 from cronctl.proc.supervisor import BlockedConfig, RunRequest, RunResult, SpawnError, Supervisor
 from cronctl.store import claims as claims_mod
@@ -437,10 +437,15 @@ class Engine:
         return False
 
     def _start_on_failure(self, run: ActiveRun, record: dict[str, Any]) -> None:
-        hook_id = start_on_failure(self.ctx.paths, self.supervisor, run, record, self.options.log_cap,
-                                   self.options.drain_timeout)
-        if hook_id is not None:
-            self.on_failure_runs.add(hook_id)
+        """The job's own notifier: its failure must never wedge or crash the loop."""
+        request = on_failure_request(self.ctx.paths, run, record, self.options.log_cap, self.options.drain_timeout)
+        try:
+            self.supervisor.spawn_gated(request)
+        except (BlockedConfig, SpawnError) as exc:
+            print(f"cronctl: on_failure of {run.job} could not start: {exc}", file=sys.stderr)
+            return
+        self.on_failure_runs.add(request.run_id)
+        self.supervisor.open_gates([request.run_id])
 
     # --- leases --------------------------------------------------------------------------
 
