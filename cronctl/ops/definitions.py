@@ -252,12 +252,11 @@ def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> No
 
 
 def list_jobs(ctx: Context) -> list[JobView]:
-    doc = ctx.store.read()
-    return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
+    return ctx.leases.jobs()
 
 
 def show_job(ctx: Context, name: str) -> JobView:
-    return JobView.from_entry(get_entry(ctx.store.read(), name))
+    return ctx.leases.job(name)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@
 - hand-backs of runs that never began: `unhold`, `release_refused`;
 - recovery without an owner: `reclaim`, `end_past_deadline`, `end_unsupervised`, `rearm`;
 - `adopt` moves claims to a new generation of the same process;
-- read views: `has_job`, `claims_of`, `find_run`, `history`.
+- read views: `has_job`, `jobs`, `job`, `counters`, `claims_of`, `find_run`, `history`.
 
 Arguments and results are dataclasses and plain values; no store document leaks out.
 Every method is one transaction (one write per batch, as the hot paths need) and writes
@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from cronctl.jobs.health import persisted_error_wedge
-from cronctl.jobs.state import JobView
+from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
@@ -141,6 +141,12 @@ class LeaseStore(Protocol):
     def rearm(self, job: str, now: datetime) -> bool: ...
 
     def has_job(self, job: str) -> bool: ...
+
+    def jobs(self) -> list[JobView]: ...
+
+    def job(self, name: str) -> JobView: ...
+
+    def counters(self) -> dict[str, int]: ...
 
     def claims_of(self, job: str) -> list[RunClaim]: ...
 
@@ -368,6 +374,19 @@ class JsonLeaseStore:
 
     def has_job(self, job: str) -> bool:
         return job in self.store.read()["jobs"]
+
+    def jobs(self) -> list[JobView]:
+        """Every job with its state, by name (`list`, `status`)."""
+        doc = self.store.read()
+        return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
+
+    def job(self, name: str) -> JobView:
+        """One job; JobNotFoundError names it when there is none."""
+        return JobView.from_entry(get_entry(self.store.read(), name))
+
+    def counters(self) -> dict[str, int]:
+        """The recovery counters (`status`, `metrics`)."""
+        return dict(self.store.read().get("counters") or {})
 
     def claims_of(self, job: str) -> list[RunClaim]:
         entry = self.store.read()["jobs"].get(job)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
+from cronctl.errors import JobNotFoundError
 from cronctl.models import AuditEvent, RunStatus, Trigger
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
@@ -287,3 +290,17 @@ def test_read_views_show_runs_in_flight_and_history(lease_store: Backend) -> Non
 
 def _spawn_failed(new: NewClaim) -> Event:
     return Event(AuditEvent.RUN_SPAWN_FAILED, {"job": new.job, "run_id": new.run_id, "reason": "spawn_failed"})
+
+
+def test_job_views_show_each_job_with_its_state_and_the_counters(lease_store: Backend) -> None:
+    lease_store.define("b", every="1m")
+    lease_store.define("a", every="1h")
+    new = start_one(lease_store, at(MINUTE))
+    lease_store.leases.reclaim(new.job, new.run_id, OWNER_A, "owner_dead", at(MINUTE + 1), 0)
+
+    assert [view.spec.name for view in lease_store.leases.jobs()] == ["a", "b"]
+    view = lease_store.leases.job("b")
+    assert (view.state["last_status"], view.state["last_run_id"], view.claims) == ("lost", new.run_id, {})
+    assert lease_store.leases.counters() == {"owner_dead": 1}
+    with pytest.raises(JobNotFoundError, match="no job named 'nope'"):
+        lease_store.leases.job("nope")
