@@ -107,7 +107,8 @@ def blocked_by_config(view: JobView) -> str | None:
     if not isinstance(check, str) or not check:
         check = "its working directory or executable does not exist or is not usable"
     return (f"cannot start: {check} (run {refused.get('run_id')} refused at {refused.get('ended_at')}, "
-            "blocked_config). Create what is missing, or fix the job's cwd/command and apply it again")
+            f"blocked_config). Create what is missing, or fix the job's cwd/command; then 'cronctl force-run "
+            f"{view.spec.name}' checks it now (the job reads wedged until a run starts)")
 
 
 def _running_health(view: JobView, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:
