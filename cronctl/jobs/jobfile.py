@@ -254,8 +254,8 @@ def _spec_from_entry(path: Path, index: int, raw: Any, defaults: dict[str, Any],
 
 
 def _line_of(mapping: Any, key: str) -> int:
-    line = getattr(mapping, "key_lines", {}).get(key, getattr(mapping, "line", 0))
-    return int(line)
+    line: int = getattr(mapping, "key_lines", {}).get(key, getattr(mapping, "line", 0))
+    return line
 
 
 # --- one validator for YAML entries and CLI options --------------------------
@@ -362,9 +362,8 @@ def _text_problem(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def _check_required(
-    raw: dict[str, Any], values: dict[str, Any], where: Callable[[str], str], problems: list[str]
-) -> None:
+def _check_required(raw: dict[str, Any], values: dict[str, Any], where: Callable[[str], str],
+                    problems: list[str]) -> None:
     if "name" not in raw:
         problems.append(f"{where('name')}: missing (every job needs a name)")
     if "command" not in raw:
