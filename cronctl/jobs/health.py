@@ -15,6 +15,9 @@ from cronctl.schedule.slots import cadence, grace
 from cronctl.timefmt import from_iso
 
 FAILED = ("error", "timeout", "lost")
+# This many failed runs in a row, with no success since, is no bad luck: the job is
+# broken and `status --stale` reports it (a single failure may be retried or pass).
+FAILING_STREAK = 3
 
 # Liveness of a claim's owner: (owner dict) -> True alive / False dead.
 OwnerAlive = Callable[[dict[str, Any]], bool]
@@ -27,10 +30,12 @@ class JobHealth:
     state: str  # ok running paused failing late wedged completed
     reason: str  # plain words
     fault: str | None  # "job", "platform" or None
+    # A failing job is stale once its failures are a streak (FAILING_STREAK), not one bad run.
+    chronic: bool = False
 
     @property
     def stale(self) -> bool:
-        return self.state in ("late", "wedged")
+        return self.state in ("late", "wedged") or self.chronic
 
 
 def claim_problem(claim: dict[str, Any], owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> str | None:
@@ -52,6 +57,9 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
         if view.spec.paused and view.spec.source and not view.state.get("paused"):
             return JobHealth("paused", f"paused by its file {view.spec.source} (set paused: false there)", None)
         return JobHealth("paused", f"paused by an operator; 'cronctl resume {view.spec.name}' re-arms it", None)
+    blocked = blocked_by_config(view)
+    if blocked is not None:
+        return JobHealth("wedged", blocked, "job")
     if persisted_error_wedge(view, now):
         return JobHealth(
             "wedged",
@@ -67,8 +75,40 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
             "platform",
         )
     if state.get("last_status") in FAILED:
-        return JobHealth("failing", _failure_reason(state), _failure_fault(state))
+        streak = failure_streak(state)
+        reason = _failure_reason(state)
+        if streak >= FAILING_STREAK:
+            reason = f"{streak} runs in a row failed, none succeeded since; last: {reason}"
+        return JobHealth("failing", reason, _failure_fault(state), chronic=streak >= FAILING_STREAK)
     return JobHealth("ok", _ok_reason(view), None)
+
+
+def failure_streak(state: dict[str, Any]) -> int:
+    """Failed runs since the last success (the store's consecutive_failures; 0 when unreadable)."""
+    streak = state.get("consecutive_failures")
+    return streak if isinstance(streak, int) and not isinstance(streak, bool) else 0
+
+
+def blocked_by_config(view: JobView) -> str | None:
+    """Why the job cannot start, when its latest attempt was refused for its cwd or executable.
+
+    The loop records a refusal in `last_not_started` (the last real run stays as it was)
+    and the pre-flight's words in `blocked`, removed again once a run starts. Without
+    this, a job that never started would read "waiting for its first run".
+    """
+    state = view.state
+    refused = state.get("last_not_started")
+    if not isinstance(refused, dict) or refused.get("reason") != "blocked_config":
+        return None
+    last_run = state.get("last_run_at")
+    if last_run is not None and str(refused.get("ended_at") or "") <= str(last_run):
+        return None  # a run started after the refusal
+    check = state.get("blocked")
+    if not isinstance(check, str) or not check:
+        check = "its working directory or executable does not exist or is not usable"
+    return (f"cannot start: {check} (run {refused.get('run_id')} refused at {refused.get('ended_at')}, "
+            f"blocked_config). Create what is missing, or fix the job's cwd/command; then 'cronctl force-run "
+            f"{view.spec.name}' checks it now (the job reads wedged until a run starts)")
 
 
 def _running_health(view: JobView, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +19,7 @@ from cronctl.durations import parse_duration
 from cronctl.errors import ConfigError, CronctlError
 from cronctl.models import NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import check_timezone, parse_at, parse_cron
+from cronctl.timefmt import to_iso
 
 JOB_FIELDS = (
     "name", "cron", "every", "at", "timezone", "command", "cwd", "env", "timeout",
@@ -31,10 +32,17 @@ TOP_LEVEL_KEYS = ("defaults", "jobs")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MIN_EVERY = 0.1
 MAX_RETRIES = 100
+# A jobs file of thousands of jobs is a few hundred thousand nodes; aliases that expand past
+# this are a "billion laughs" document, which every later walk of the values would pay for.
+MAX_EXPANDED_NODES = 1_000_000
 
 
 class FieldProblem(Exception):
     """One bad field value; the caller adds where it was found."""
+
+
+class AliasBomb(Exception):
+    """The document's aliases expand to more nodes than any jobs file needs."""
 
 
 # --- YAML with line numbers -------------------------------------------------
@@ -72,6 +80,36 @@ class _LineLoader(yaml.SafeLoader):
         return result
 
 
+    def construct_document(self, node: yaml.Node) -> Any:
+        # Composing is linear in the text, but each alias re-uses a whole subtree: nine
+        # levels of nine aliases are 9**9 values to walk. Refuse before constructing.
+        _check_expansion(node)
+        return super().construct_document(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Raise AliasBomb when the tree, with every alias expanded, exceeds MAX_EXPANDED_NODES."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a recursive alias counts once: the walks below stop at a depth limit
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(key) + size(value) for key, value in node.value)
+        if total > MAX_EXPANDED_NODES:
+            raise AliasBomb(f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values; "
+                            "a jobs file never needs that many (is it an alias bomb?)")
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+
+
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
 
 
@@ -79,6 +117,20 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Lin
 class LoadedFile:
     path: Path
     specs: list[JobSpec]
+    # job name -> the line of its 'at' field, for warnings that point at it.
+    at_lines: dict[str, int] = field(default_factory=dict)
+
+    def warnings(self, now: datetime) -> list[str]:
+        """What is valid but likely a mistake: a one-shot 'at' already past (a loop fires it at once).
+
+        Data, not output: validate and apply print them on stderr, the way `add` warns.
+        """
+        return [
+            f"{self.path}:{self.at_lines.get(spec.name, 0)}: job '{spec.name}': field 'at': "
+            f"{to_iso(spec.at)} is in the past; a running loop fires it at once"
+            for spec in self.specs
+            if spec.at is not None and spec.at < now
+        ]
 
 
 def load_jobs_file(path: str | os.PathLike[str]) -> LoadedFile:
@@ -92,10 +144,11 @@ def load_jobs_file(path: str | os.PathLike[str]) -> LoadedFile:
     text = _read_text(file_path)
     document = _parse_yaml(file_path, text)
     problems: list[str] = []
-    specs = _specs_from_document(file_path, document, problems)
+    at_lines: dict[str, int] = {}
+    specs = _specs_from_document(file_path, document, problems, at_lines)
     if problems:
         raise ConfigError(problems)
-    return LoadedFile(file_path, specs)
+    return LoadedFile(file_path, specs, at_lines)
 
 
 def _read_text(path: Path) -> str:
@@ -114,6 +167,8 @@ def _read_text(path: Path) -> str:
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
         return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+    except AliasBomb as exc:
+        raise ConfigError([f"{path}: refused: {exc}"]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -126,7 +181,7 @@ def _parse_yaml(path: Path, text: str) -> Any:
         raise ConfigError([f"{path}: invalid YAML: {type(exc).__name__}: {exc}"]) from None
 
 
-def _specs_from_document(path: Path, document: Any, problems: list[str]) -> list[JobSpec]:
+def _specs_from_document(path: Path, document: Any, problems: list[str], at_lines: dict[str, int]) -> list[JobSpec]:
     if not isinstance(document, dict):
         problems.append(f"{path}: expected a mapping with a 'jobs' list at the top level")
         return []
@@ -151,6 +206,7 @@ def _specs_from_document(path: Path, document: Any, problems: list[str]) -> list
                             f"(first defined at line {seen[spec.name]})")
             continue
         seen[spec.name] = line
+        at_lines[spec.name] = _line_of(raw, "at")
         specs.append(spec)
     return specs
 
@@ -249,6 +305,32 @@ def build_spec(
     except (TypeError, ValueError) as exc:  # a combination the checks above missed
         problems.append(f"{where('name')}: {exc}")
         return None
+
+
+def spec_field_problem(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, problem) for the first bad job field of a stored entry (a hand-edited jobs.json), else None.
+
+    The same checks as a jobs file, so a stored job is held to what `apply` accepts.
+    """
+    for required in ("name", "command"):
+        if required not in entry:
+            return required, "missing"
+    present = [k for k in ("cron", "every", "at") if entry.get(k) is not None]
+    if len(present) != 1:
+        return "cron", f"give exactly one of cron, every, at (found {', '.join(present) or 'none'})"
+    for key in JOB_FIELDS:
+        if key not in entry:
+            continue
+        try:
+            _CHECKS[key](entry[key])
+            if key == "at" and entry[key] is not None:
+                parse_at(entry[key], "UTC")
+        except (FieldProblem, CronctlError, OverflowError) as exc:
+            return key, str(exc)
+    source = entry.get("source")
+    if source is not None and not isinstance(source, str):
+        return "source", f"expected the path of a jobs file or null, got {source!r}"
+    return None
 
 
 def _text_problem(value: Any, depth: int = 0) -> str | None:
@@ -423,11 +505,9 @@ def _enum(kind: type[Overlap] | type[Catchup]) -> Callable[[Any], Any]:
 def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and value.strip().isdigit():
-                value = int(value)
-            else:
+            if not (isinstance(value, str) and value.strip().isdigit()):
                 raise FieldProblem(f"expected a whole number, got {value!r}")
-        number: int = value  # an int by now: checked or converted above
+        number = int(value)
         if number < minimum or (maximum is not None and number > maximum):
             upper = f" and at most {maximum}" if maximum is not None else ""
             raise FieldProblem(f"must be at least {minimum}{upper}, got {number}")

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cronctl.errors import JobNotFoundError
+from cronctl.errors import CronctlError, JobNotFoundError, StoreError
 from cronctl.models import JobSpec
+from cronctl.schedule.cron import check_timezone, parse_cron
 from cronctl.timefmt import from_iso, to_iso
 
 
@@ -55,8 +56,17 @@ class JobView:
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> JobView:
-        # from_dict takes the spec's fields and leaves "state" aside.
-        return cls(JobSpec.from_dict(entry), entry.get("state") or {})
+        """The view of a stored entry; StoreError naming the job and field if it was hand-edited badly."""
+        try:
+            # from_dict takes the spec's fields and leaves "state" aside.
+            spec = JobSpec.from_dict(entry)
+            _check_schedule(spec)
+            state = entry["state"]
+            for key in _INSTANT_KEYS:
+                from_iso(state.get(key))
+        except (CronctlError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise bad_entry_error(entry, exc) from None
+        return cls(spec, state)
 
     @property
     def next_run_at(self) -> datetime | None:
@@ -69,3 +79,61 @@ class JobView:
     @property
     def claims(self) -> dict[str, Any]:
         return self.state.get("claims") or {}
+
+
+# State keys read as instants by every reader (health, list, the loop).
+_INSTANT_KEYS = ("next_run_at", "last_run_at")
+# (cron, zone) pairs already parsed: from_entry runs per job on every read.
+_GOOD_SCHEDULES: set[tuple[str | None, str]] = set()
+_GOOD_SCHEDULES_MAX = 4096
+
+
+def _check_schedule(spec: JobSpec) -> None:
+    """The cron and zone that from_dict keeps as text, checked so a bad one names its job."""
+    key = (spec.cron, spec.timezone)
+    if key in _GOOD_SCHEDULES:
+        return
+    if spec.cron is not None:
+        parse_cron(spec.cron)
+    check_timezone(spec.timezone)
+    if len(_GOOD_SCHEDULES) >= _GOOD_SCHEDULES_MAX:
+        _GOOD_SCHEDULES.clear()
+    _GOOD_SCHEDULES.add(key)
+
+
+def bad_entry_error(entry: Any, exc: BaseException) -> StoreError:
+    """`jobs.json: job 'NAME': field 'FIELD': problem`, in the words the YAML errors use."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    label = f"job '{name}'" if isinstance(name, str) else "a job without a name"
+    field, problem = stored_entry_problem(entry) or (None, _exception_words(exc))
+    where = f"jobs.json: {label}: field '{field}'" if field else f"jobs.json: {label}"
+    return StoreError(f"{where}: {problem}; the store was not changed. Fix it by hand in jobs.json "
+                      "('cronctl doctor' lists every bad job)")
+
+
+def stored_entry_problem(entry: Any) -> tuple[str, str] | None:
+    """(field, problem) of the first unusable field of a stored job entry, or None if it is usable."""
+    from cronctl.jobs.jobfile import spec_field_problem
+
+    if not isinstance(entry, dict):
+        return "name", f"the entry is not an object but {type(entry).__name__}"
+    found = spec_field_problem(entry)
+    if found is not None:
+        return found
+    if "state" not in entry:
+        return "state", "missing (every stored job has a state object)"
+    state = entry["state"]
+    if not isinstance(state, dict):
+        return "state", f"expected an object, got {state!r}"
+    for key in _INSTANT_KEYS:
+        try:
+            from_iso(state.get(key))
+        except (ValueError, TypeError) as exc:
+            return f"state.{key}", f"{state.get(key)!r} is not an ISO 8601 instant with a UTC offset ({exc})"
+    return None
+
+
+def _exception_words(exc: BaseException) -> str:
+    if isinstance(exc, CronctlError):
+        return str(exc)
+    return f"cannot be read ({type(exc).__name__}: {exc})"

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cronctl.errors import CronctlError, StoreCorruptError
+from cronctl.jobs.state import JobView, stored_entry_problem
 from cronctl.loop.heartbeat import loop_status
 from cronctl.paths import Paths
 from cronctl.store.jsonstore import Store
@@ -28,7 +29,7 @@ class Finding:
 
 
 def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
-    findings = [_check_store(paths, store), *_check_locks(paths)]
+    findings = [_check_store(paths, store), *_check_jobs(paths, store), *_check_locks(paths)]
     findings.append(_check_loop(paths, store, now))
     findings.extend(_check_orphans(paths, store))
     findings.extend(_check_sizes(paths))
@@ -51,7 +52,43 @@ def _check_store(paths: Paths, store: Store) -> Finding:
     mode = _mode(paths.store)
     if mode is not None and mode & 0o077:
         return Finding("store", "warn", f"{paths.store} has mode {mode:04o}", f"chmod 600 {paths.store}")
-    return Finding("store", "ok", f"{paths.store}: version {doc['version']}, rev {doc['rev']}, {len(doc['jobs'])} job(s)")
+    return Finding("store", "ok",
+                   f"{paths.store}: version {doc['version']}, rev {doc['rev']}, {len(doc['jobs'])} job(s)")
+
+
+def _check_jobs(paths: Paths, store: Store) -> list[Finding]:
+    """One finding per stored job that no command can read (a hand-edited jobs.json)."""
+    try:
+        jobs = store.read()["jobs"]
+    except CronctlError:
+        return []  # _check_store says why
+    out = []
+    for name in sorted(jobs):
+        problem = _entry_problem(jobs[name])
+        if problem is not None:
+            out.append(Finding("jobs", "action", problem,
+                               f"edit {paths.store} by hand: fix the field, or remove job '{name}' from it"))
+    return out or [Finding("jobs", "ok", f"{len(jobs)} stored job(s) read back cleanly")]
+
+
+def _entry_problem(entry: Any) -> str | None:
+    found = stored_entry_problem(entry)
+    if found is None:
+        try:
+            JobView.from_entry(entry)
+        except CronctlError as exc:
+            return str(exc).split("; the store was not changed")[0]
+        return None
+    name = entry.get("name") if isinstance(entry, dict) else None
+    label = f"job '{name}'" if isinstance(name, str) else "a job without a name"
+    return f"jobs.json: {label}: field '{found[0]}': {found[1]}"
+
+
+def _claims_of(entry: Any) -> dict[str, Any]:
+    """A stored job's claims, tolerating a hand-edited entry (doctor must report it, not crash)."""
+    state = entry.get("state") if isinstance(entry, dict) else None
+    claims = state.get("claims") if isinstance(state, dict) else None
+    return claims if isinstance(claims, dict) else {}
 
 
 def _check_locks(paths: Paths) -> list[Finding]:
@@ -93,7 +130,7 @@ def _check_orphans(paths: Paths, store: Store) -> list[Finding]:
         doc = store.read()
     except CronctlError:
         return []
-    active = {run_id for entry in doc["jobs"].values() for run_id in (entry["state"].get("claims") or {})}
+    active = {run_id for entry in doc["jobs"].values() for run_id in _claims_of(entry)}
     orphans = {pid: run_id for pid, run_id in run_processes(paths).items() if run_id not in active}
     if not orphans:
         return [Finding("orphans", "ok", "no orphaned run processes")]
@@ -127,8 +164,9 @@ def run_processes(paths: Paths) -> dict[int, str]:
 def _check_sizes(paths: Paths) -> list[Finding]:
     runs = _tree_size(paths.runs_dir)
     audit = sum(_size(p) for p in paths.home.glob("audit.jsonl*"))
-    out = [Finding("runs", "warn" if runs > RUNS_DIR_WARN_BYTES else "ok", f"runs/ holds {runs / 1e6:.1f} MB",
-                   "remove jobs you no longer need; logs of the last 20 runs per job are kept" if runs > RUNS_DIR_WARN_BYTES else None),
+    too_big = runs > RUNS_DIR_WARN_BYTES
+    out = [Finding("runs", "warn" if too_big else "ok", f"runs/ holds {runs / 1e6:.1f} MB",
+                   "remove jobs you no longer need; logs of the last 20 runs per job are kept" if too_big else None),
            Finding("audit", "warn" if audit > AUDIT_WARN_BYTES else "ok", f"audit log holds {audit / 1e6:.1f} MB")]
     return out
 
@@ -140,7 +178,8 @@ def repair(paths: Paths, store: Store) -> list[str]:
         store.read()
     except StoreCorruptError:
         kept = store.restore_backup()
-        done.append(f"restored {paths.store} from {paths.store_backup}" + (f"; the bad file is kept as {kept}" if kept else ""))
+        kept_words = f"; the bad file is kept as {kept}" if kept else ""
+        done.append(f"restored {paths.store} from {paths.store_backup}{kept_words}")
     done.extend(_kill_orphans(paths, store))
     return done
 
@@ -149,7 +188,7 @@ def _kill_orphans(paths: Paths, store: Store) -> list[str]:
     from cronctl.proc.kill import kill_run_processes
 
     doc = store.read()
-    active = {run_id for entry in doc["jobs"].values() for run_id in (entry["state"].get("claims") or {})}
+    active = {run_id for entry in doc["jobs"].values() for run_id in _claims_of(entry)}
     done = []
     for run_id in sorted(set(run_processes(paths).values()) - active):
         ended = kill_run_processes(run_id, None, 5.0)

@@ -327,6 +327,7 @@ class Store:
 
     def _decode(self, raw: bytes | None) -> Document:
         if raw is None:
+            self._refuse_lost_store()
             return empty_document()
         try:
             doc = json.loads(raw.decode("utf-8"))
@@ -335,6 +336,20 @@ class Store:
         except json.JSONDecodeError as exc:
             raise self._corrupt(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from exc
         return migrate(doc, self._paths.store)
+
+    def _refuse_lost_store(self) -> None:
+        """A missing store is a new home, unless a backup shows that a store existed.
+
+        Read as empty, it would let the next write replace that backup: every definition
+        lost without a word. (jobs.lock alone proves nothing: a transaction that changes
+        nothing, such as pausing a job that does not exist, creates it in a new home.)
+        """
+        if self._paths.store_backup.exists():
+            raise StoreCorruptError(
+                f"store {self._paths.store} is missing but its backup {self._paths.store_backup} exists; "
+                "nothing was changed. 'cronctl doctor --repair' restores the backup; to start with an "
+                f"empty store on purpose, move {self._paths.store_backup.name} away first"
+            )
 
     def _corrupt(self, detail: str) -> StoreCorruptError:
         if self._paths.store_backup.exists():
