@@ -11,12 +11,22 @@ import resource
 import signal
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from cronctl.clock import FakeClock
+from cronctl.context import Context
+from cronctl.models import RunStatus
+from cronctl.ops import definitions as ops
+from cronctl.store import claims
+from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
+from cronctl.timefmt import from_iso
 from tests.conftest import subprocess_env
 
 Cli = Callable[..., Any]
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+OWNER = Owner("gen-a", 1001, 111.0, "boot-1")
 
 CRONTAB = "0 3 * * * /usr/bin/backup --all\n*/5 * * * * /usr/bin/poll\n"
 OLD_JOBS = "jobs:\n  - {name: old, every: 1h, command: 'true'}\n"
@@ -100,3 +110,29 @@ def test_metrics_output_is_written_whole_and_readable(cli: Cli, tmp_path: Path) 
     assert "cronctl_loop_state" in target.read_text()
     assert target.stat().st_mode & 0o777 == 0o644
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# --- the lateness of a retry is measured from the retry's due time --------------------------
+
+
+def test_a_retry_is_late_from_its_own_due_time_not_from_its_slot(tmp_path: Path) -> None:
+    ctx = Context.open(tmp_path / "home", clock=FakeClock(T0))
+    ops.add_job(ctx, ops.spec_from_options("a", {"command": "false", "every": "1h", "retries": 1,
+                                                 "retry_delay": "20m"}))
+    first = _claim_and_start(ctx, T0 + timedelta(hours=1))  # on time: lateness 0
+    with ctx.store.transaction() as doc:
+        claims.finish(doc, "a", first, OWNER, Outcome(RunStatus.ERROR, "exit_code_nonzero", exit_code=1,
+                                                       duration=1.0), T0 + timedelta(hours=1, seconds=1))
+    due = from_iso(ctx.store.read()["jobs"]["a"]["state"]["retry"]["due_at"])
+    assert due is not None and due >= T0 + timedelta(hours=1, minutes=20)
+    _claim_and_start(ctx, due + timedelta(seconds=0.5))  # the retry, half a second after its due time
+    histogram = ctx.store.read()["metrics"]["fire_lateness_seconds"]
+    assert (histogram["count"], histogram["sum"]) == (2, 0.5)
+
+
+def _claim_and_start(ctx: Context, now: datetime) -> str:
+    with ctx.store.transaction() as doc:
+        batch = claims.claim_due(doc, now, OWNER, Lease(10_000.0, now + timedelta(seconds=60)))
+        [claim] = batch.claims
+        claims.mark_dispatched(doc, OWNER, [Dispatched(claim.job, claim.run_id, 40_000, 1.0, 5_000.0)], now)
+    return claim.run_id
