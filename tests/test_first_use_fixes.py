@@ -15,6 +15,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from cronctl.clock import FakeClock
 from cronctl.context import Context
 from cronctl.models import RunStatus
@@ -136,3 +138,47 @@ def _claim_and_start(ctx: Context, now: datetime) -> str:
         [claim] = batch.claims
         claims.mark_dispatched(doc, OWNER, [Dispatched(claim.job, claim.run_id, 40_000, 1.0, 5_000.0)], now)
     return claim.run_id
+
+
+# --- a run that a signal ended is said so, never "exited with code None" -----------------------
+
+
+def _run_killed_by(home: Path, signal_number: int) -> None:
+    """Job `a` ran a moment ago and was ended by `signal_number`, as the loop records it.
+    (`status` reads the real clock: the run is placed now, so the job is not late.)"""
+    defined = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
+    ctx = Context.open(home, clock=FakeClock(defined))
+    ops.add_job(ctx, ops.spec_from_options("a", {"command": "sleep 60", "every": "1h"}))
+    run_id = _claim_and_start(ctx, defined + timedelta(hours=1))
+    with ctx.store.transaction() as doc:
+        claims.finish(doc, "a", run_id, OWNER, Outcome(RunStatus.ERROR, "killed_by_signal", signal=signal_number,
+                                                       duration=2.0), defined + timedelta(hours=1, seconds=2))
+
+
+def test_status_says_which_signal_killed_the_last_run(cli: Cli, home: Path) -> None:
+    _run_killed_by(home, signal.SIGKILL)
+    result = cli("status", "--json")
+    [job] = result.json()["jobs"]
+    assert job["state"] == "failing"
+    assert job["reason"].startswith("the job was killed by signal 9 (SIGKILL)")
+    assert "None" not in cli("show", "a").out
+
+
+def test_an_unnamed_signal_is_said_by_its_number() -> None:
+    from cronctl.jobs.words import signal_text
+
+    assert signal_text(15) == "killed by signal 15 (SIGTERM)"
+    assert signal_text(200) == "killed by signal 200"
+
+
+def test_history_and_the_loop_line_name_the_signal(capsys: pytest.CaptureFixture[str]) -> None:
+    from cronctl.cli import render
+
+    record = {"job": "a", "run_id": "r1", "slot": "2026-03-01T13:00:00.000+00:00", "trigger": "schedule",
+              "started_at": "2026-03-01T13:00:00.000+00:00", "duration": 2.0, "status": "error",
+              "exit_code": None, "signal": 9, "reason": "killed_by_signal"}
+    render.history_table([record])
+    assert capsys.readouterr().out.splitlines()[1].endswith("  error   killed by signal 9 (SIGKILL)")
+    row = {"ts": "2026-03-01T13:00:02.000+00:00", "event": "run.finished", "job": "a", "status": "error",
+           "exit_code": None, "signal": 9, "reason": "killed_by_signal", "duration_s": 2.0}
+    assert render.loop_line(row) == "13:00:02 a                finished  error in 2.00s — killed by signal 9 (SIGKILL)"

@@ -228,13 +228,25 @@ def history_table(records: list[dict[str, Any]]) -> None:
     rows = []
     for r in records:
         duration = f"{r['duration']:.2f}s" if r.get("duration") is not None else "-"
-        reason = r.get("reason") or ""
+        reason = run_reason(r) or ""
         if r.get("late"):
             reason = (reason + ", " if reason else "") + "late (scheduler_missed)"
         rows.append((r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
                      r.get("started_at") or "-", duration,
                      r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""), reason))
     print_lines(columns(("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"), rows))
+
+
+def run_reason(record: dict[str, Any]) -> str | None:
+    """Why a run ended, in words where the record says more than its reason code: a run
+    that a signal ended has no exit code, so it reads "killed by signal 9 (SIGKILL)"."""
+    from cronctl.jobs.words import signal_text
+
+    signal = record.get("signal")
+    if isinstance(signal, int) and not isinstance(signal, bool) and record.get("reason") == "killed_by_signal":
+        return signal_text(signal)
+    reason = record.get("reason")
+    return None if reason is None else str(reason)
 
 
 def loop_line(row: dict[str, Any]) -> str | None:
@@ -252,7 +264,9 @@ def _finished(row: dict[str, Any]) -> str:
     status = row.get("status", "?")
     took = f" in {row['duration_s']:.2f}s" if isinstance(row.get("duration_s"), (int, float)) else ""
     code = f" (exit {row['exit_code']})" if row.get("exit_code") not in (None, 0) else ""
-    reason = f" — {row['reason']}" if row.get("reason") and status != "error" else ""
+    # An error's reason is its exit code, already said; a signal's is worth the words.
+    said = run_reason(row)
+    reason = f" — {said}" if said and (status != "error" or row.get("signal")) else ""
     return f"{status}{code}{took}{reason}"
 
 

@@ -221,8 +221,8 @@ def force_run(
         render.say(f"started {name} run {result.run_id} through the running loop; "
                    f"'cronctl logs {name} -f' follows it")
     else:
-        render.say(f"{name} run {result.run_id}: {record['status']}"
-                   + (f" ({record['reason']})" if record.get("reason") else ""))
+        reason = render.run_reason(record)
+        render.say(f"{name} run {result.run_id}: {record['status']}" + (f" ({reason})" if reason else ""))
     if wait or not result.via_loop:
         raise typer.Exit(runops.exit_code_of(record) if wait else 0)
 

@@ -482,7 +482,8 @@ def _record_last(state: dict[str, Any], record: dict[str, Any], outcome: Outcome
         return
     state.update({
         "last_run_at": record["started_at"] or record["claimed_at"], "last_status": record["status"],
-        "last_exit_code": record["exit_code"], "last_reason": record["reason"], "last_run_id": record["run_id"],
+        "last_exit_code": record["exit_code"], "last_signal": record["signal"], "last_reason": record["reason"],
+        "last_run_id": record["run_id"],
         "last_slot": record["slot"], "last_duration": record["duration"], "last_late": record["late"],
     })
     if outcome.status in FAILED_FOR_RETRY:
