@@ -182,3 +182,63 @@ def test_history_and_the_loop_line_name_the_signal(capsys: pytest.CaptureFixture
     row = {"ts": "2026-03-01T13:00:02.000+00:00", "event": "run.finished", "job": "a", "status": "error",
            "exit_code": None, "signal": 9, "reason": "killed_by_signal", "duration_s": 2.0}
     assert render.loop_line(row) == "13:00:02 a                finished  error in 2.00s — killed by signal 9 (SIGKILL)"
+
+
+# --- list fits the terminal --------------------------------------------------------------------
+
+LONG_COMMAND = "/usr/local/bin/backup --source /var/lib/postgresql --target s3://bucket/nightly --verbose"
+
+
+def _three_jobs(cli: Cli) -> None:
+    cli("add", "backup", "--cron", "30 2 * * 1-5", "--tz", "Europe/Berlin", "--", LONG_COMMAND)
+    cli("add", "poll", "--every", "5m", "--", "curl -fsS https://example.com/health")
+    cli("add", "wide-名前", "--cron", "0 */4 * * *", "--", "echo 日本語のコマンド " * 8)
+
+
+def test_list_fits_the_terminal_dropping_columns_first_then_cutting_the_command(
+        cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.cells import cell_len
+
+    _three_jobs(cli)
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = cli("list").out.splitlines()
+    assert all(cell_len(line) <= 80 for line in lines), lines
+    assert lines[0].split() == ["NAME", "NEXT", "STATUS", "COMMAND"]  # WHEN, TZ, LAST, SCHEDULE went first
+    backup = next(line for line in lines if line.startswith("backup"))
+    assert backup.endswith("…") and LONG_COMMAND[:20] in backup
+
+
+def test_list_drops_only_the_columns_it_must(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli("add", "backup", "--cron", "30 2 * * 1-5", "--tz", "Europe/Berlin", "--", LONG_COMMAND)
+    monkeypatch.setenv("COLUMNS", "160")  # whole rows take about 183 cells; without WHEN, about 150
+    lines = cli("list").out.splitlines()
+    assert lines[0].split() == ["NAME", "SCHEDULE", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"]
+    assert lines[1].endswith(LONG_COMMAND) and all(len(line) <= 160 for line in lines)
+
+
+def test_list_on_a_wide_terminal_and_on_a_pipe_shows_whole_rows(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    _three_jobs(cli)
+    monkeypatch.setenv("COLUMNS", "400")
+    wide = cli("list").out
+    monkeypatch.delenv("COLUMNS")
+    piped = cli("list").out
+    assert wide == piped
+    assert piped.splitlines()[0].split() == ["NAME", "SCHEDULE", "WHEN", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"]
+    assert any(line.endswith(LONG_COMMAND) for line in piped.splitlines())
+    assert "…" not in piped
+
+
+# --- history -n 0 ---------------------------------------------------------------------------------
+
+
+def test_history_n_0_prints_no_rows_and_does_not_claim_there_are_none(cli: Cli, home: Path) -> None:
+    from cronctl.store.history import append_record
+
+    cli("add", "a", "--every", "1h", "--", "true")
+    append_record(Context.open(home).paths, {
+        "job": "a", "run_id": "r1", "slot": "2026-03-01T13:00:00.000+00:00", "trigger": "schedule",
+        "started_at": "2026-03-01T13:00:00.000+00:00", "ended_at": "2026-03-01T13:00:01.000+00:00",
+        "duration": 1.0, "status": "success", "exit_code": 0, "signal": None, "reason": None})
+    assert "r1" in cli("history", "-n", "1").out
+    assert cli("history", "-n", "0").out == ""
+    assert cli("history", "a", "-n", "0", "--json").json() == {"runs": []}

@@ -158,7 +158,7 @@ def history(
     records = run_history(open_store_context(), name, count)
     if json_out:
         render.print_json({"runs": records})
-    else:
+    elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
         render.history_table(records)
 
 
