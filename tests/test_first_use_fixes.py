@@ -242,3 +242,14 @@ def test_history_n_0_prints_no_rows_and_does_not_claim_there_are_none(cli: Cli, 
     assert "r1" in cli("history", "-n", "1").out
     assert cli("history", "-n", "0").out == ""
     assert cli("history", "a", "-n", "0", "--json").json() == {"runs": []}
+
+
+# --- a bad time is bad input (exit 1) wherever it is given --------------------------------------
+
+
+@pytest.mark.parametrize("args", [("next", "--from", "tomorrow"), ("audit", "--since", "tomorrow"),
+                                  ("audit", "--since", "2026-13-01T00:00:00")])
+def test_a_time_that_does_not_parse_exits_1_in_every_command(cli: Cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert (result.code, result.out) == (1, "")
+    assert result.err.startswith("cronctl: error: ") and repr(args[-1]) in result.err

@@ -19,7 +19,7 @@ import typer
 from cronctl.cli import render
 from cronctl.cli.app import JsonOpt, app, open_context, open_store_context
 from cronctl.durations import parse_duration
-from cronctl.errors import CronctlError, UsageError
+from cronctl.errors import CronctlError
 
 if TYPE_CHECKING:
     from cronctl.context import Context
@@ -61,7 +61,9 @@ def _since(text: str, ctx: Context) -> datetime:
     try:
         return parse_instant(text)
     except CronctlError:
-        raise UsageError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
+        # A value that does not parse is bad input (exit 1), as `next --from` says it; exit 2
+        # is for a command line that does not parse (an unknown option, a missing value).
+        raise CronctlError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
                          "or a duration ago like 30m, 1h, 2d") from None
 
 
