@@ -253,3 +253,46 @@ def test_a_time_that_does_not_parse_exits_1_in_every_command(cli: Cli, args: tup
     result = cli(*args)
     assert (result.code, result.out) == (1, "")
     assert result.err.startswith("cronctl: error: ") and repr(args[-1]) in result.err
+
+
+# --- resume of a job that is not paused keeps its schedule ---------------------------------------
+
+
+def test_resume_of_a_job_that_is_not_paused_keeps_its_next_slot(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    ctx = Context.open(tmp_path / "home", clock=clock)
+    ops.add_job(ctx, ops.spec_from_options("a", {"command": "true", "every": "1h"}))
+    before = ctx.store.read()["jobs"]["a"]["state"]["next_run_at"]
+    clock.advance(1234.5)
+    [result] = ops.resume_jobs(ctx, ["a"])
+    assert (result.cleared, result.next_run_at) == ([], before)
+    assert ctx.store.read()["jobs"]["a"]["state"]["next_run_at"] == before
+
+
+def test_resume_of_a_paused_job_still_rearms_it_from_now(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    ctx = Context.open(tmp_path / "home", clock=clock)
+    ops.add_job(ctx, ops.spec_from_options("a", {"command": "true", "every": "1h"}))
+    ops.pause_job(ctx, "a")
+    clock.advance(1800)
+    [result] = ops.resume_jobs(ctx, ["a"])
+    assert result.cleared == ["paused"]
+    assert result.next_run_at == "2026-03-01T13:30:00.000+00:00"
+
+
+# --- a naive next --from is a wall time in the job's zone ---------------------------------------------
+
+
+def test_a_naive_from_is_read_in_each_jobs_zone(cli: Cli) -> None:
+    cli("add", "berlin", "--cron", "0 * * * *", "--tz", "Europe/Berlin", "--", "true")
+    cli("add", "utc", "--cron", "0 * * * *", "--", "true")
+    data = cli("next", "-n", "1", "--from", "2026-07-01T09:30:00", "--json").json()
+    fires = {job["name"]: job["fires"][0] for job in data["jobs"]}
+    assert fires["berlin"] == {"local": "2026-07-01T10:00:00+02:00", "utc": "2026-07-01T08:00:00.000+00:00"}
+    assert fires["utc"]["local"] == "2026-07-01T10:00:00+00:00"
+
+
+def test_a_zoned_from_is_an_instant_for_every_job(cli: Cli) -> None:
+    cli("add", "berlin", "--cron", "0 * * * *", "--tz", "Europe/Berlin", "--", "true")
+    data = cli("next", "berlin", "-n", "1", "--from", "2026-07-01T09:30:00Z", "--json").json()
+    assert data["jobs"][0]["fires"][0]["local"] == "2026-07-01T12:00:00+02:00"

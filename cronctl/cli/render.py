@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from cronctl.models import command_text
 
@@ -132,7 +132,7 @@ def output_width() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def fitted_columns(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int,
+def fitted_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], width: int,
                    drop_order: tuple[str, ...], min_last: int) -> list[str]:
     """`columns` no wider than `width` where it can be: the columns of `drop_order` are
     dropped one by one until the rows fit; if they still do not, the last column's cells
