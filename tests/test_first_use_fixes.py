@@ -296,3 +296,30 @@ def test_a_zoned_from_is_an_instant_for_every_job(cli: Cli) -> None:
     cli("add", "berlin", "--cron", "0 * * * *", "--tz", "Europe/Berlin", "--", "true")
     data = cli("next", "berlin", "-n", "1", "--from", "2026-07-01T09:30:00Z", "--json").json()
     assert data["jobs"][0]["fires"][0]["local"] == "2026-07-01T12:00:00+02:00"
+
+
+# --- export says when it leaves jobs out, and exits 1 unless --allow-partial ----------------------------
+
+
+def test_export_that_leaves_a_job_out_names_it_and_exits_1(cli: Cli, tmp_path: Path) -> None:
+    cli("add", "nightly", "--cron", "0 3 * * *", "--", "true")
+    cli("add", "once", "--at", "2030-01-01T09:00:00Z", "--", "true")  # Kubernetes has no one-shot CronJob
+    result = cli("export", "--format", "kubernetes")
+    assert result.code == 1
+    assert "name: nightly" in result.out  # what translates is still there
+    assert result.err.endswith("cronctl: error: 1 of 2 job(s) not exported: once; the others were; "
+                               "--allow-partial accepts a partial export\n")
+    as_json = cli("export", "--format", "kubernetes", "--json")
+    assert (as_json.code, as_json.json()["omitted"]) == (1, ["once"])
+    out = tmp_path / "k8s"
+    written = cli("export", "--format", "kubernetes", "-o", str(out))
+    assert written.code == 1 and [p.name for p in out.iterdir()] != []
+
+
+def test_export_allow_partial_accepts_what_was_left_out(cli: Cli) -> None:
+    cli("add", "nightly", "--cron", "0 3 * * *", "--", "true")
+    cli("add", "once", "--at", "2030-01-01T09:00:00Z", "--", "true")
+    result = cli("export", "--format", "kubernetes", "--allow-partial")
+    assert result.code == 0
+    assert "once: not exported" in result.err and "cronctl: error" not in result.err
+    assert cli("export", "--format", "kubernetes", "nightly").code == 0  # nothing left out: exit 0
