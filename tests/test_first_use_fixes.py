@@ -323,3 +323,11 @@ def test_export_allow_partial_accepts_what_was_left_out(cli: Cli) -> None:
     assert result.code == 0
     assert "once: not exported" in result.err and "cronctl: error" not in result.err
     assert cli("export", "--format", "kubernetes", "nightly").code == 0  # nothing left out: exit 0
+
+
+def test_a_store_from_before_last_signal_still_says_a_signal_ended_the_run(cli: Cli, home: Path) -> None:
+    _run_killed_by(home, signal.SIGKILL)
+    with Context.open(home).store.transaction() as doc:  # as a store written before the key was kept
+        del doc["jobs"]["a"]["state"]["last_signal"]
+    [job] = cli("status", "--json").json()["jobs"]
+    assert job["reason"].startswith("the job was killed by a signal")
