@@ -1068,7 +1068,7 @@ def test_audit_prints_one_line_per_row_with_its_details(cli: Cli, audit_log: Pat
 
 def test_audit_since_must_be_an_instant_or_a_duration(cli: Cli, audit_log: Path) -> None:
     result = cli("audit", "--since", "yesterday")
-    assert (result.code, result.out) == (2, "")
+    assert (result.code, result.out) == (1, "")
     assert result.err == ("cronctl: error: --since 'yesterday': expected an ISO 8601 instant like "
                           "2026-12-24T09:00:00+01:00 or a duration ago like 30m, 1h, 2d\n")
 

@@ -193,7 +193,7 @@ def next_cmd(
     from cronctl.ops import definitions as ops
 
     ctx = open_context()
-    start = ops.parse_instant(from_) if from_ else None
+    start = ops.parse_instant(from_, keep_naive=True) if from_ else None  # naive: in each job's zone
     views.next_fires(ops.next_fires(ctx, name, count, start), json_out)
 
 

@@ -25,10 +25,10 @@ def metrics(
     Example: cronctl metrics -o /var/lib/node_exporter/textfile/cronctl.prom
     """
     # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.metrics import metrics_for, write_textfile
+    from cronctl.ops.metrics import metrics_for, write_output
 
     data = metrics_for(open_context())
     if output is None:
         sys.stdout.buffer.write(data)
         return
-    write_textfile(output, data)
+    write_output(output, data)

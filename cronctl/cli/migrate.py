@@ -14,6 +14,7 @@ import typer
 
 from cronctl.cli import render
 from cronctl.cli.app import JsonOpt, app, cli_clock, open_context
+from cronctl.errors import CronctlError
 
 if TYPE_CHECKING:
     from cronctl.interop.export.base import ExportResult
@@ -92,9 +93,14 @@ def export_cmd(
                                                    "(default: standard output).")] = None,
     file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Export the jobs of this YAML file "
                                                  "instead of the store.")] = None,
+    allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Exit 0 even when some jobs cannot be "
+                                                "exported (they are named on stderr; default: exit 1).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """The jobs for another engine, listing per job what does not translate.
+
+    A job that cannot be exported at all is named and the command exits 1 (the jobs that
+    translate are still written), unless --allow-partial.
 
     Example: cronctl export --format systemd backup -o units/
     """
@@ -107,14 +113,23 @@ def export_cmd(
     result, count = migrate.export(source, fmt, names or [])
     if json_out and output is None:
         render.print_json(result.to_dict())
-        return
+    else:
+        _write_or_print(result, fmt, output)
+        _warn_untranslated(result, count)
+    if result.omitted and not allow_partial:
+        raise CronctlError(f"{len(result.omitted)} of {count} job(s) not exported: {', '.join(result.omitted)}; "
+                           "the others were; --allow-partial accepts a partial export")
+
+
+def _write_or_print(result: ExportResult, fmt: str, output: Path | None) -> None:
+    from cronctl.ops.migrate import write_export  # loaded already by the command
+
     if output is not None:
-        for path in migrate.write_export(output, result):
+        for path in write_export(output, result):
             render.say(f"wrote {path}")
     elif result.files:
         separator = "---\n" if fmt == "kubernetes" else "\n"
         render.say(separator.join(item.text for item in result.files).rstrip("\n"))
-    _warn_untranslated(result, count)
 
 
 def _warn_untranslated(result: ExportResult, count: int) -> None:

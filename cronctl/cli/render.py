@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from cronctl.models import command_text
 
@@ -99,14 +99,86 @@ def print_lines(lines: list[str]) -> None:
     sys.stdout.write("".join(line + "\n" for line in lines))
 
 
+JOBS_HEADER = ("NAME", "SCHEDULE", "WHEN", "TZ", "NEXT", "LAST", "STATUS", "COMMAND")
+# On a narrow terminal these go first, in this order: the words repeat the schedule, and
+# the zone and the last run matter less than the name, what runs next, its health and
+# what it runs. Only then is the command cut, with an ellipsis, to no less than MIN_COMMAND.
+JOBS_DROP_ORDER = ("WHEN", "TZ", "LAST", "SCHEDULE")
+MIN_COMMAND = 12
+
+
 def jobs_table(rows: Iterable[dict[str, Any]], now: datetime) -> None:
     table = [(row["name"], row["schedule"], row["when"], row["timezone"], relative(row["next_fire"], now),
-              relative(row["last_run"], now), row["status_word"], command_text(row["command"])[:60])
+              relative(row["last_run"], now), row["status_word"], command_text(row["command"]))
              for row in rows]
     if not table:
         say("no jobs defined (add one with 'cronctl add' or 'cronctl apply -f FILE')")
         return
-    print_lines(columns(("NAME", "SCHEDULE", "WHEN", "TZ", "NEXT", "LAST", "STATUS", "COMMAND"), table))
+    width = output_width()
+    if width is None:  # piped: whole rows, for the scripts that read them
+        print_lines(columns(JOBS_HEADER, table))
+    else:
+        print_lines(fitted_columns(JOBS_HEADER, table, width, JOBS_DROP_ORDER, MIN_COMMAND))
+
+
+def output_width() -> int | None:
+    """The width a table must fit: the terminal's, which COLUMNS overrides as for every
+    tool; None on a pipe without COLUMNS, where rows stay whole."""
+    import shutil
+
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def fitted_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], width: int,
+                   drop_order: tuple[str, ...], min_last: int) -> list[str]:
+    """`columns` no wider than `width` where it can be: the columns of `drop_order` are
+    dropped one by one until the rows fit; if they still do not, the last column's cells
+    are cut with an ellipsis (to no fewer than `min_last` cells)."""
+    from rich.cells import cell_len
+
+    cells = [tuple(_printable(cell).translate(_ESCAPED) for cell in row) for row in rows]
+    keep = list(header)
+    for dropped in (None, *drop_order):
+        if dropped is not None:
+            keep.remove(dropped)
+        kept_header, kept_rows = _only_columns(header, cells, keep)
+        room = width - _lead_width(kept_header, kept_rows)
+        if room >= max(cell_len(row[-1]) for row in (kept_header, *kept_rows)):
+            return columns(kept_header, kept_rows)
+    cut = [(*row[:-1], _cut(row[-1], max(room, min_last))) for row in kept_rows]
+    return columns(kept_header, cut)
+
+
+def _only_columns(header: tuple[str, ...], rows: list[tuple[str, ...]],
+                  keep: list[str]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    indexes = [header.index(name) for name in keep]
+    return tuple(keep), [tuple(row[i] for i in indexes) for row in rows]
+
+
+def _lead_width(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> int:
+    """Cells taken by every column but the last, with their two-space gaps."""
+    from rich.cells import cell_len
+
+    return sum(max(cell_len(row[i]) for row in (header, *rows)) + 2 for i in range(len(header) - 1))
+
+
+def _cut(text: str, cells: int) -> str:
+    """`text` in at most `cells` terminal cells, an ellipsis marking a cut."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= cells:
+        return text
+    kept: list[str] = []
+    used = 0
+    for char in text:
+        used += cell_len(char)
+        if used > cells - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
 
 
 def job_detail(fields: list[tuple[str, str]]) -> None:
@@ -228,13 +300,25 @@ def history_table(records: list[dict[str, Any]]) -> None:
     rows = []
     for r in records:
         duration = f"{r['duration']:.2f}s" if r.get("duration") is not None else "-"
-        reason = r.get("reason") or ""
+        reason = run_reason(r) or ""
         if r.get("late"):
             reason = (reason + ", " if reason else "") + "late (scheduler_missed)"
         rows.append((r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
                      r.get("started_at") or "-", duration,
                      r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""), reason))
     print_lines(columns(("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"), rows))
+
+
+def run_reason(record: dict[str, Any]) -> str | None:
+    """Why a run ended, in words where the record says more than its reason code: a run
+    that a signal ended has no exit code, so it reads "killed by signal 9 (SIGKILL)"."""
+    from cronctl.jobs.words import signal_text
+
+    signal = record.get("signal")
+    if isinstance(signal, int) and not isinstance(signal, bool) and record.get("reason") == "killed_by_signal":
+        return signal_text(signal)
+    reason = record.get("reason")
+    return None if reason is None else str(reason)
 
 
 def loop_line(row: dict[str, Any]) -> str | None:
@@ -252,7 +336,9 @@ def _finished(row: dict[str, Any]) -> str:
     status = row.get("status", "?")
     took = f" in {row['duration_s']:.2f}s" if isinstance(row.get("duration_s"), (int, float)) else ""
     code = f" (exit {row['exit_code']})" if row.get("exit_code") not in (None, 0) else ""
-    reason = f" — {row['reason']}" if row.get("reason") and status != "error" else ""
+    # An error's reason is its exit code, already said; a signal's is worth the words.
+    said = run_reason(row)
+    reason = f" — {said}" if said and (status != "error" or row.get("signal")) else ""
     return f"{status}{code}{took}{reason}"
 
 

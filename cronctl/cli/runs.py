@@ -19,7 +19,7 @@ import typer
 from cronctl.cli import render
 from cronctl.cli.app import JsonOpt, app, open_context, open_store_context
 from cronctl.durations import parse_duration
-from cronctl.errors import CronctlError, UsageError
+from cronctl.errors import CronctlError
 
 if TYPE_CHECKING:
     from cronctl.context import Context
@@ -61,7 +61,9 @@ def _since(text: str, ctx: Context) -> datetime:
     try:
         return parse_instant(text)
     except CronctlError:
-        raise UsageError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
+        # A value that does not parse is bad input (exit 1), as `next --from` says it; exit 2
+        # is for a command line that does not parse (an unknown option, a missing value).
+        raise CronctlError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
                          "or a duration ago like 30m, 1h, 2d") from None
 
 
@@ -158,7 +160,7 @@ def history(
     records = run_history(open_store_context(), name, count)
     if json_out:
         render.print_json({"runs": records})
-    else:
+    elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
         render.history_table(records)
 
 
@@ -221,8 +223,8 @@ def force_run(
         render.say(f"started {name} run {result.run_id} through the running loop; "
                    f"'cronctl logs {name} -f' follows it")
     else:
-        render.say(f"{name} run {result.run_id}: {record['status']}"
-                   + (f" ({record['reason']})" if record.get("reason") else ""))
+        reason = render.run_reason(record)
+        render.say(f"{name} run {result.run_id}: {record['status']}" + (f" ({reason})" if reason else ""))
     if wait or not result.via_loop:
         raise typer.Exit(runops.exit_code_of(record) if wait else 0)
 

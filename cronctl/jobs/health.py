@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from cronctl.jobs.state import JobView
+from cronctl.jobs.words import signal_text
 from cronctl.schedule.slots import cadence, grace
 from cronctl.timefmt import from_iso
 
@@ -163,7 +164,7 @@ def _ok_reason(view: JobView) -> str:
 def _failure_reason(state: dict[str, Any]) -> str:
     status, reason = state.get("last_status"), state.get("last_reason")
     words = {
-        "error": f"the job exited with code {state.get('last_exit_code')}",
+        "error": _error_words(state),
         "timeout": "the job ran past its timeout and was stopped",
         "lost": "cronctl's loop stopped while this run was in progress; the job itself may be fine — "
                 "re-run it if the work did not complete",
@@ -171,6 +172,17 @@ def _failure_reason(state: dict[str, Any]) -> str:
     retry = state.get("retry")
     tail = f"; retry {retry['attempt']} at {retry['due_at']}" if retry else ""
     return f"{words}{f' ({reason})' if reason and status != 'lost' else ''}{tail}"
+
+
+def _error_words(state: dict[str, Any]) -> str:
+    """A failed run's end in words: its exit code, or the signal that killed it."""
+    code, signal = state.get("last_exit_code"), state.get("last_signal")
+    if isinstance(signal, int) and not isinstance(signal, bool):
+        return f"the job was {signal_text(signal)}"
+    if code is None:  # a store written before last_signal was kept, or an exit status lost
+        return "the job was killed by a signal" if state.get("last_reason") == "killed_by_signal" \
+            else "the job ended without an exit status"
+    return f"the job exited with code {code}"
 
 
 def _failure_fault(state: dict[str, Any]) -> str:

@@ -9,6 +9,16 @@ from cronctl.models import JobSpec
 from cronctl.schedule.cron import describe_cron, parse_cron
 
 
+def signal_text(number: int) -> str:
+    """How a run that a signal ended is said: "killed by signal 9 (SIGKILL)"."""
+    import signal
+
+    try:
+        return f"killed by signal {number} ({signal.Signals(number).name})"
+    except ValueError:  # a real-time or unknown signal has no name
+        return f"killed by signal {number}"
+
+
 def describe(spec: JobSpec) -> str:
     if spec.every is not None:
         return f"Every {format_duration(spec.every)}"

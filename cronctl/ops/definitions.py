@@ -267,10 +267,28 @@ class NextFires:
 
 
 def next_fires(ctx: Context, name: str | None, count: int, start: datetime | None) -> list[NextFires]:
-    """The next `count` slots of one job (or all), from `start` (default: now)."""
+    """The next `count` slots of one job (or all), from `start` (default: now).
+
+    A naive `start` is a wall time in each job's own zone, as `at:` is read in the job's
+    `timezone`: `--from 2026-10-25T01:00` means 01:00 in Berlin for a Berlin job."""
     views = [show_job(ctx, name)] if name else list_jobs(ctx)
-    origin = start or ctx.clock.now()
-    return [NextFires(view, upcoming_slots(view, origin, count, use_state=start is None)) for view in views]
+    now = ctx.clock.now()
+    return [NextFires(view, upcoming_slots(view, _in_zone(start, view.spec.timezone) if start else now, count,
+                                           use_state=start is None)) for view in views]
+
+
+def _in_zone(start: datetime, zone: str) -> datetime:
+    """`start` as an instant: an aware one as it is, a naive one read in `zone`."""
+    if start.tzinfo is not None:
+        return start
+    from datetime import timezone
+    from zoneinfo import ZoneInfo
+
+    try:
+        return start.replace(tzinfo=ZoneInfo(zone)).astimezone(timezone.utc)
+    except OverflowError:
+        raise ConfigError([f"'{start.isoformat()}' in {zone} is outside the dates cronctl can handle "
+                           "(years 1 to 9999 in UTC)"]) from None
 
 
 def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool) -> list[datetime]:
@@ -359,7 +377,10 @@ def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult
         cleared.append("pending retry")
     state["consecutive_failures"] = 0
     spec = JobView.from_entry(entry).spec
-    if not (spec.at is not None and state.get("completed")):
+    # Re-arm from now only what resume released (a pause, a failure, a pending retry) or what
+    # has no next slot; a job running on schedule keeps its slot (an `every` job's anchor).
+    rearm = bool(cleared) or state.get("next_run_at") is None
+    if rearm and not (spec.at is not None and state.get("completed")):
         state["next_run_at"] = to_iso(first_slot(spec, now))
     state["updated_at"] = to_iso(now)
     still = view.spec.source if view.spec.paused and view.spec.source else None
@@ -375,13 +396,16 @@ def require_jobs(ctx: Context, names: list[str] | None) -> None:
             raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
 
 
-def parse_instant(text: str) -> datetime:
-    """--from / --since values: ISO 8601; a naive value is taken as UTC."""
+def parse_instant(text: str, keep_naive: bool = False) -> datetime:
+    """--from / --since values: ISO 8601; a naive value is taken as UTC, or with keep_naive
+    returned naive, for the caller to read in a job's zone (`next --from`)."""
     from datetime import timezone
 
     try:
         value = datetime.fromisoformat(text)
         if value.tzinfo is None:
+            if keep_naive:
+                return value
             value = value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
     except ValueError:

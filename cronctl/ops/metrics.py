@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
+from cronctl.errors import CronctlError
 from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus
@@ -50,6 +51,17 @@ def write_textfile(path: Path, data: bytes) -> None:
         handle.write(data)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """`cronctl metrics -o PATH`: the textfile, durably (fsync'd: a one-off write, not the
+    loop's tick); a path that cannot be written is the user's to fix, said in words."""
+    from cronctl.store.statefiles import write_file_durably
+
+    try:
+        write_file_durably(path, data, 0o644)
+    except OSError as exc:
+        raise CronctlError(f"metrics -o {path}: cannot write: {exc.strerror or exc}") from None
 
 
 class _Collector:

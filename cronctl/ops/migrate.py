@@ -27,6 +27,7 @@ from cronctl.jobs.jobfile import load_jobs_file
 from cronctl.jobs.state import JobView
 from cronctl.models import JobSpec
 from cronctl.ops.definitions import apply_file, list_jobs
+from cronctl.store.statefiles import write_file_durably
 
 # --- import-crontab --------------------------------------------------------------
 
@@ -87,8 +88,7 @@ def write_checked_jobs_file(yaml_text: str, target: Path | None) -> None:
     """Write the file (when there is a target) and read it back as `cronctl validate` would;
     without a target the check runs on a temporary copy."""
     if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(yaml_text, encoding="utf-8")
+        write_output(target, yaml_text)
         load_jobs_file(target)
         return
     with tempfile.TemporaryDirectory() as folder:
@@ -142,8 +142,22 @@ def _only(specs: list[JobSpec], names: list[str]) -> list[JobSpec]:
 
 def write_export(output: Path, result: ExportResult) -> Iterator[Path]:
     """Write each file of an export into the directory `output`, yielding each path once written."""
-    output.mkdir(parents=True, exist_ok=True)
     for item in result.files:
         path = output / item.name
-        path.write_text(item.text, encoding="utf-8")
+        write_output(path, item.text)
         yield path
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write a file the user named, atomically: a kill or a full disk mid-write leaves the
+    file as it was (or absent), never empty or cut short. An existing file keeps its mode."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else _DEFAULT_MODE
+        write_file_durably(path, text.encode("utf-8"), mode)
+    except OSError as exc:
+        raise CronctlError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+# What write_text would give under the usual umask 022; the file is a config, not a secret.
+_DEFAULT_MODE = 0o644

@@ -167,7 +167,8 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
         state["retry"] = None
         slot = from_iso(retry["slot"])
         assert slot is not None
-        _fire_or_skip(view, state, slot, Trigger.RETRY, int(retry["attempt"]), False, now, owner, lease, batch)
+        _fire_or_skip(view, state, slot, Trigger.RETRY, int(retry["attempt"]), False, now, owner, lease, batch,
+                      due_at=retry["due_at"])
         return
     next_run = view.next_run_at
     if next_run is None or repeat_spent(spec, state):
@@ -198,7 +199,7 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
 
 def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger: Trigger, attempt: int, late: bool,
                   now: datetime, owner: Owner, lease: Lease, batch: ClaimBatch,
-                  held_until: datetime | None = None) -> None:
+                  held_until: datetime | None = None, due_at: str | None = None) -> None:
     spec = view.spec
     claims: dict[str, Any] = state.setdefault("claims", {})
     replaces: list[str] = []
@@ -212,6 +213,8 @@ def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger:
         replaces = list(claims)
     new = NewClaim(spec.name, new_run_id(now), slot, trigger.value, attempt, spec, late, replaces, held_until)
     claims[new.run_id] = _claim_record(new, owner, lease, now)
+    if due_at is not None:  # a retry is late from its own due time, not from its slot's
+        claims[new.run_id]["due_at"] = due_at
     batch.claims.append(new)
     batch.events.append(Event(AuditEvent.RUN_CLAIMED, {
         "job": spec.name, "run_id": new.run_id, "slot": to_iso(slot), "trigger": trigger.value, "attempt": attempt,
@@ -479,7 +482,8 @@ def _record_last(state: dict[str, Any], record: dict[str, Any], outcome: Outcome
         return
     state.update({
         "last_run_at": record["started_at"] or record["claimed_at"], "last_status": record["status"],
-        "last_exit_code": record["exit_code"], "last_reason": record["reason"], "last_run_id": record["run_id"],
+        "last_exit_code": record["exit_code"], "last_signal": record["signal"], "last_reason": record["reason"],
+        "last_run_id": record["run_id"],
         "last_slot": record["slot"], "last_duration": record["duration"], "last_late": record["late"],
     })
     if outcome.status in FAILED_FOR_RETRY:
