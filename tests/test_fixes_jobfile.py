@@ -50,11 +50,16 @@ def test_a_past_at_is_a_warning_naming_file_line_job_and_instant(tmp_path: Path)
     assert loaded.warnings(datetime(2026, 1, 1, tzinfo=timezone.utc)) == []
 
 
-def test_validate_and_apply_still_accept_a_past_at(cli: Any, tmp_path: Path) -> None:
+def test_validate_and_apply_still_accept_a_past_at_and_warn_on_stderr(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text(PAST_AND_FUTURE)
-    assert cli("validate", "-f", str(path)).code == 0
-    assert cli("apply", "-f", str(path)).code == 0
+    warning = f"cronctl: warning: {path}:6: job 'migrate': field 'at': "
+    for command in ("validate", "apply"):
+        result = cli(command, "-f", str(path))
+        assert result.code == 0
+        assert warning in result.err and "is in the past" in result.err
+        assert "warning" not in result.out
+    assert "warning" not in cli("apply", "-f", str(path), "--json").out  # --json keys stay as they were
 
 
 def test_a_billion_laughs_document_is_refused_at_once_naming_the_file(home: Path, tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from cronctl.cli.app import (
     TimeoutOpt,
     TzOpt,
     app,
+    cli_clock,
     open_context,
 )
 from cronctl.errors import UsageError
@@ -213,6 +214,8 @@ def apply(
     from cronctl.ops import definitions as ops
 
     plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run)
+    for warning in plan.warnings:
+        render.warn(warning)
     if json_out:
         render.print_json(plan.to_dict())
     else:
@@ -231,7 +234,9 @@ def validate(
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
-    specs = ops.validate_file(str(file))
+    specs, warnings = ops.validate_file(str(file), cli_clock().now())
+    for warning in warnings:
+        render.warn(warning)
     if json_out:
         render.print_json({"file": str(file), "valid": True, "jobs": [s.name for s in specs]})
     else:

@@ -120,16 +120,17 @@ class LoadedFile:
     # job name -> the line of its 'at' field, for warnings that point at it.
     at_lines: dict[str, int] = field(default_factory=dict)
 
-    def warnings(self, now: datetime) -> list[str]:
+    def warnings(self, now: datetime, done: frozenset[str] = frozenset()) -> list[str]:
         """What is valid but likely a mistake: a one-shot 'at' already past (a loop fires it at once).
 
         Data, not output: validate and apply print them on stderr, the way `add` warns.
+        Jobs named in `done` already fired their one shot, so nothing fires: no warning.
         """
         return [
             f"{self.path}:{self.at_lines.get(spec.name, 0)}: job '{spec.name}': field 'at': "
             f"{to_iso(spec.at)} is in the past; a running loop fires it at once"
             for spec in self.specs
-            if spec.at is not None and spec.at < now
+            if spec.at is not None and spec.at < now and spec.name not in done
         ]
 
 

@@ -163,6 +163,8 @@ class ApplyPlan:
     unchanged: list[str] = field(default_factory=list)
     prune: list[str] = field(default_factory=list)
     applied: bool = False
+    # Printed on stderr, never part of --json (its keys are a contract).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changes(self) -> int:
@@ -175,8 +177,10 @@ class ApplyPlan:
         }
 
 
-def validate_file(path: str) -> list[JobSpec]:
-    return load_jobs_file(path).specs
+def validate_file(path: str, now: datetime) -> tuple[list[JobSpec], list[str]]:
+    """The file's jobs and its warnings (a past one-shot `at`); raises ConfigError when invalid."""
+    loaded = load_jobs_file(path)
+    return loaded.specs, loaded.warnings(now)
 
 
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False) -> ApplyPlan:
@@ -185,6 +189,8 @@ def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = Fal
     now = ctx.clock.now()
     with ctx.store.transaction() as doc:
         plan = _plan_apply(doc, loaded.specs, source, prune)
+        done = frozenset(name for name, entry in doc["jobs"].items() if (entry.get("state") or {}).get("completed"))
+        plan.warnings = loaded.warnings(now, done)
         if dry_run:
             return plan
         _execute_apply(doc, plan, loaded.specs, now)
