@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronctl.errors import UsageError
+from cronctl.errors import CronctlError, UsageError
 from cronctl.loop import endpoint as endpoint_mod
 from cronctl.loop.endpoint import MAX_CONNECTIONS, Endpoint, Reply, parse_listen
 
@@ -75,7 +75,7 @@ def test_malformed_addresses_say_what_is_expected(text: str) -> None:
 
 def test_a_busy_port_is_a_clear_error(server: Endpoint) -> None:
     host, port = server.address
-    with pytest.raises(UsageError, match="cannot listen"):
+    with pytest.raises(CronctlError, match="cannot listen"):
         Endpoint(host, port, {})
 
 

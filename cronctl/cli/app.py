@@ -427,19 +427,25 @@ def run(
                                                          "(node_exporter) up to date.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no line per run (the audit log "
                                         "still has every decision).")] = False,
+    http: Annotated[Optional[str], typer.Option("--http", metavar="ADDR:PORT", help="Serve /metrics, /healthz "
+                                                "and /livez here (loopback unless --http-allow-remote).")] = None,
+    http_allow_remote: Annotated[bool, typer.Option("--http-allow-remote", help="Let --http listen on a "
+                                                    "non-loopback address.")] = False,
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
     from cronctl.durations import parse_duration
+    from cronctl.loop.endpoint import parse_listen
     from cronctl.loop.scheduler import LoopOptions
     from cronctl.ops.runs import run_loop
 
     options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
                           max_parallel=max_parallel, takeover_after=parse_duration(takeover_after, field="--takeover-after"),
                           lease=parse_duration(lease, field="--lease"),
-                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet)
+                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet,
+                          http=parse_listen(http, http_allow_remote) if http else None)
     ctx = _ctx()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)

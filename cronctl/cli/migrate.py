@@ -115,7 +115,8 @@ def _print_dry_run(data: dict[str, Any], report: list[str], apply: bool, json_ou
 
 @app.command("export")
 def export_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="crontab | systemd | kubernetes")],
+    fmt: Annotated[str, typer.Option("--format", help="crontab | systemd | kubernetes | systemd-service "
+                                     "(a unit for the loop itself)")],
     names: Annotated[Optional[List[str]], typer.Argument(help="Jobs to export (default: all).")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Directory to write the files to "
                                                    "(default: standard output).")] = None,
@@ -131,7 +132,7 @@ def export_cmd(
     from cronctl.interop.export.formats import export_jobs
 
     specs, now = _export_specs(file, names or [])
-    result = export_jobs(specs, fmt, now)
+    result = export_jobs(specs, fmt, now, _loop_setup(file) if fmt == "systemd-service" else None)
     if json_out and output is None:
         render.print_json(result.to_dict())
         return
@@ -151,6 +152,17 @@ def export_cmd(
         render.warn(f"{job}: not exported (see above)")
     if not specs:
         render.warn("no jobs to export")
+
+
+def _loop_setup(file: Path | None) -> Any:
+    """For --format systemd-service: this very cronctl, the home in use, the jobs file given."""
+
+    from cronctl.interop.export.service import LoopSetup
+    from cronctl.paths import resolve_home
+
+    script = Path(sys.argv[0]).absolute()
+    command = (str(script),) if script.name == "cronctl" and script.exists() else (sys.executable, "-m", "cronctl")
+    return LoopSetup(command, resolve_home(_state["home"]), file.absolute() if file else None)
 
 
 def _store_spec(view: Any) -> Any:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cronctl.errors import UsageError
+from cronctl.errors import CronctlError, UsageError
 
 MAX_CONNECTIONS = 64
 MAX_HEAD = 16 * 1024
@@ -80,7 +80,7 @@ class Endpoint:
             self._listener.bind((host, port))
         except OSError as exc:
             self._listener.close()
-            raise UsageError(f"--http {host}:{port}: cannot listen there ({exc.strerror or exc})") from None
+            raise CronctlError(f"--http {host}:{port}: cannot listen there ({exc.strerror or exc})") from None
         self._listener.listen(128)
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
