@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
