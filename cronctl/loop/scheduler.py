@@ -22,6 +22,7 @@ import threading
 import traceback
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -373,10 +374,13 @@ class Scheduler:
                              stopped_cleanly=stopped_cleanly)
 
     def service_status(self) -> str:
-        """The one STATUS= line: jobs, running, last tick."""
+        """The one STATUS= line: jobs, running, and when the last tick completed."""
         jobs = len(self.engine.doc.get("jobs") or {}) if self.engine else 0
         running = len(self.engine.active) if self.engine else 0
-        return f"leading: {jobs} jobs, {running} running, last tick {to_iso(self.ctx.clock.now())}"
+        clock, gen = self.ctx.clock, self.generation
+        ago = clock.monotonic() - gen.last_beat if gen is not None else 0.0
+        last_tick = to_iso(clock.now() - timedelta(seconds=max(0.0, ago)))
+        return f"leading: {jobs} jobs, {running} running, last tick {last_tick}"
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         """/livez: alive while the tick thread progresses (a standby, or a loop starting up, is alive)."""
