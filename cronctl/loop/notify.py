@@ -18,6 +18,10 @@ from cronctl.clock import Clock
 
 # Without a watchdog, STATUS= is refreshed this often.
 STATUS_EVERY = 10.0
+# An idle tick thread completes a tick at least once a second: a last tick younger than
+# this is progress, whatever the ping interval (a WatchdogSec= under 4 s is too short to
+# tell an idle loop from a wedged one).
+MIN_PROGRESS_WINDOW = 2.0
 # Smallest ping interval honoured: a WatchdogSec= below this would make the loop spin.
 MIN_PING_INTERVAL = 0.05
 
@@ -99,9 +103,9 @@ class ServiceBeat:
     """What the loop tells the service manager, and when.
 
     `watch` runs on the main thread (the loop's watchdog); it pings WATCHDOG=1 only
-    while the tick thread's last completed tick is younger than the ping interval, so a
-    tick thread wedged for longer than WatchdogSec= stops the pings within two intervals
-    and systemd restarts the service.
+    while the tick thread's last completed tick is younger than the ping interval (at
+    least MIN_PROGRESS_WINDOW), so a tick thread wedged for longer than WatchdogSec=
+    stops the pings within two intervals and systemd restarts the service.
     """
 
     def __init__(self, notifier: Notifier, clock: Clock) -> None:
@@ -134,7 +138,8 @@ class ServiceBeat:
         now = self.clock.monotonic()
         interval = self.notifier.ping_interval
         if interval is not None:
-            if now - self._last_ping >= interval and now - last_tick < interval:
+            progressing = now - last_tick < max(interval, MIN_PROGRESS_WINDOW)
+            if now - self._last_ping >= interval and progressing:
                 self.notifier.send(WATCHDOG="1", STATUS=status())
                 self._last_ping = self._last_status = now
                 self.pings += 1
