@@ -117,9 +117,10 @@ class ServiceBeat:
 
     @property
     def watch_period(self) -> float | None:
-        """How often `watch` must run for the pings to keep their rate (None: no constraint)."""
+        """How often `watch` must run: two pings are then at most 1.5 intervals apart, well
+        inside WatchdogSec= (two intervals). None: no constraint."""
         interval = self.notifier.ping_interval
-        return None if interval is None else interval / 4
+        return None if interval is None else interval / 2
 
     def standby(self) -> None:
         self.notifier.send(READY="1", STATUS="standby: waiting for the leader to go away")
