@@ -85,6 +85,9 @@ class Endpoint:
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
+        # stop() writes here: with no client the thread sleeps in select() without a timeout.
+        self._waker, self._wake_end = socket.socketpair()
+        self._selector.register(self._waker, selectors.EVENT_READ, self._waker)
         self._clients: dict[int, _Client] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cronctl-http", daemon=True)
@@ -103,12 +106,15 @@ class Endpoint:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake_end.send(b"x")
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         for client in list(self._clients.values()):
             self._close(client)
         self._selector.close()
         self._listener.close()
+        self._waker.close()
+        self._wake_end.close()
 
     # --- the serving thread ---------------------------------------------------------------
 
@@ -121,9 +127,12 @@ class Endpoint:
                       file=sys.stderr)
 
     def _step(self) -> None:
-        for key, mask in self._selector.select(POLL):
+        # Deadlines only matter while a client is connected: an idle endpoint never wakes.
+        for key, mask in self._selector.select(POLL if self._clients else None):
             if key.data is None:
                 self._accept()
+            elif key.data is self._waker:
+                return
             elif mask & selectors.EVENT_READ:
                 self._read(key.data)
             else:
