@@ -152,3 +152,9 @@ def test_a_flood_of_idle_connections_neither_stalls_the_loop_nor_its_fds(home: P
         for sock in flood:
             sock.close()
     wait_until(lambda: status_of(loop.port, "/livez") == 200, 30, interval=0.2)
+
+
+def test_a_second_loop_is_told_about_the_first_not_about_the_port(home: Path, loop: Loop) -> None:
+    done = cli(home, "run", "--http", f"127.0.0.1:{loop.port}")
+    assert done.returncode == 1 and "already runs" in done.stderr and "cannot listen" not in done.stderr
+    assert status_of(loop.port, "/livez") == 200  # the first one still answers

@@ -136,7 +136,6 @@ class Scheduler:
 
     def run(self) -> int:
         self._install_signals()
-        self._start_endpoint()
         try:
             return self._run()
         finally:
@@ -145,25 +144,44 @@ class Scheduler:
 
     def _run(self) -> int:
         previous = read_json(self.ctx.paths.heartbeat)
-        if not self.lock.try_acquire():
-            if not self.options.standby:
-                holder = lock_holder(self.ctx.paths)
-                raise SchedulerRunningError(
-                    f"another 'cronctl run' (pid {holder if holder else 'unknown'}) already runs on "
-                    f"{self.ctx.paths.home}; stop it first, or start this one with --standby to take over when it dies"
-                )
-            self.role = "standby"
-            self.service.standby()
-            self.takeover = Leadership(self.ctx, self.lock, self.options.takeover_after, self.stop_event,
-                                       self.identity, self.boot, self._say).wait()
-            if self.takeover is None:
-                self.service.stopping()
+        leading = self._lock_or_standby()
+        try:
+            self._start_endpoint()  # after the lock: a second loop is told about the first, not the port
+        except BaseException:
+            if leading:
+                self.lock.release()
+            raise
+        if not leading:
+            if not self._stand_by():
                 return 0
             previous = read_json(self.ctx.paths.heartbeat)
         try:
             return self._lead(previous)
         finally:
             self.lock.release()
+
+    def _lock_or_standby(self) -> bool:
+        """True when this process holds the lock; False for a --standby that must wait."""
+        if self.lock.try_acquire():
+            return True
+        if not self.options.standby:
+            holder = lock_holder(self.ctx.paths)
+            raise SchedulerRunningError(
+                f"another 'cronctl run' (pid {holder if holder else 'unknown'}) already runs on "
+                f"{self.ctx.paths.home}; stop it first, or start this one with --standby to take over when it dies"
+            )
+        return False
+
+    def _stand_by(self) -> bool:
+        """Wait for leadership; False when asked to stop first."""
+        self.role = "standby"
+        self.service.standby()
+        self.takeover = Leadership(self.ctx, self.lock, self.options.takeover_after, self.stop_event,
+                                   self.identity, self.boot, self._say).wait()
+        if self.takeover is None:
+            self.service.stopping()
+            return False
+        return True
 
     def _lead(self, previous: dict[str, Any] | None) -> int:
         if self.options.file is not None:
