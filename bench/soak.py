@@ -9,7 +9,14 @@ log are checked:
 - overlapping runs: a job's run started while its previous run was still going
   (each job holds its own flock while it runs and reports when it cannot get it);
 - unexplained slots: grid slots of the run window that neither started nor are
-  accounted for by an audit row (run.missed counts, run.skipped, claim.reclaimed).
+  accounted for by an audit row (run.missed counts, run.skipped, claim.reclaimed);
+- unended claims: a run.claimed row whose run never got its ending row
+  (run.finished, run.skipped, run.spawn_failed);
+- unrecorded runs: a run that started (it wrote its ledger line) without a
+  run.finished row;
+- orphans: processes of the soak's runs still alive after the last loop stopped.
+
+Every rotated audit file (audit.jsonl.N) is read, oldest first.
 
 Usage: python bench/soak.py [--kills 1000] [--jobs 10] [--seed N] [--json]
 """
@@ -89,8 +96,44 @@ def run(kills: int, jobs: int, seed: int, min_up: float, max_up: float) -> dict[
     final.send_signal(signal.SIGTERM)
     final.wait(timeout=60)
     summary = analyse(home, ledger)
+    summary["orphans"] = len(orphans_of(home))
     summary.update(kills=kills, jobs=jobs, seed=seed, seconds=round(time.monotonic() - started, 1), work=str(work))
     return summary
+
+
+ENDING_EVENTS = ("run.finished", "run.skipped", "run.spawn_failed")
+
+
+def audit_files(home: Path) -> list[Path]:
+    """audit.jsonl and its rotations, oldest first (audit.jsonl.3, .2, .1, audit.jsonl)."""
+    rotated = sorted(home.glob("audit.jsonl.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0,
+                     reverse=True)
+    return [*rotated, home / "audit.jsonl"]
+
+
+def read_audit(home: Path) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for path in audit_files(home):
+        if path.exists():
+            rows.extend(row for row in map(_parse, path.read_text().splitlines()) if row)
+    return rows
+
+
+def orphans_of(home: Path) -> list[int]:
+    """Live processes whose environment names this soak's home: a run's leftovers."""
+    marker = f"CRONCTL_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in environ.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def analyse(home: Path, ledger: Path) -> dict[str, object]:
@@ -106,7 +149,11 @@ def analyse(home: Path, ledger: Path) -> dict[str, object]:
         elif kind == "overlap":
             overlaps += 1
     duplicates = sum(1 for runs in starts.values() if len(runs) > 1)
-    rows = [row for row in map(_parse, (home / "audit.jsonl").read_text().splitlines()) if row]
+    rows = read_audit(home)
+    claimed_runs = {r["run_id"] for r in rows if r["event"] == "run.claimed" and r.get("run_id")}
+    ended_runs = {r["run_id"] for r in rows if r["event"] in ENDING_EVENTS and r.get("run_id")}
+    finished_runs = {r["run_id"] for r in rows if r["event"] == "run.finished" and r.get("run_id")}
+    started_runs = set().union(*starts.values()) if starts else set()
     # A claim is committed before its run.claimed row is appended: a kill between the two
     # leaves the claim without that row, and the next loop's reclaim records the slot instead.
     claimed = {(r["job"], r["slot"]) for r in rows
@@ -129,6 +176,9 @@ def analyse(home: Path, ledger: Path) -> dict[str, object]:
         "slots": slots_total, "runs_started": sum(len(v) for v in starts.values()),
         "claimed_slots": len(claimed), "duplicates": duplicates, "overlaps": overlaps,
         "unexplained": unexplained,
+        "unended_claims": len(claimed_runs - ended_runs),
+        "unrecorded_runs": len(started_runs - finished_runs),
+        "audit_files": sum(1 for p in audit_files(home) if p.exists()), "audit_rows": len(rows),
         "reclaimed": sum(1 for r in rows if r["event"] == "claim.reclaimed"),
         "missed_counted": sum(missed.values()),
     }

@@ -20,7 +20,7 @@ NAME_MAX = 64
 
 class StrEnum(str, Enum):
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
 
 class Overlap(StrEnum):
@@ -43,6 +43,24 @@ class RunStatus(StrEnum):
     NOT_STARTED = "not_started"
 
 
+# The statuses that count as a failure: they bump consecutive_failures, schedule a
+# retry and start on_failure (health.FAILED spells the same set for the read side).
+FAILED_STATUSES = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.LOST})
+
+
+class Trigger(StrEnum):
+    """Why a run was claimed: its slot came, a retry fell due, or an operator forced it."""
+
+    SCHEDULE = "schedule"
+    RETRY = "retry"
+    FORCE = "force"
+
+
+class Fault(StrEnum):
+    """Whose fault a failed run is, as history and `status` say it."""
+
+    JOB = "job"
+    PLATFORM = "platform"
 
 
 class AuditEvent(StrEnum):
@@ -56,6 +74,8 @@ class AuditEvent(StrEnum):
     SCHEDULER_STANDBY = "scheduler.standby"
     SCHEDULER_TAKEOVER = "scheduler.takeover"
     SCHEDULER_GENERATION_RESTARTED = "scheduler.generation_restarted"
+    SCHEDULER_TICK_STALLED = "scheduler.tick_stalled"
+    SCHEDULER_LEADER_KILLED = "scheduler.leader_killed"
     RUN_CLAIMED = "run.claimed"
     RUN_STARTED = "run.started"
     RUN_FINISHED = "run.finished"

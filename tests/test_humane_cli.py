@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cronctl.cli.app import app
+from cronctl.cli.main import app  # the app with every command module registered
 from cronctl.jobs.words import describe_expression
 from tests.conftest import cronctl_bin, subprocess_env
 

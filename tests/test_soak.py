@@ -27,6 +27,36 @@ def test_thirty_random_kills_lose_no_slot_and_duplicate_none() -> None:
     assert summary["duplicates"] == 0
     assert summary["overlaps"] == 0
     assert summary["unexplained"] == 0
+    assert summary["unended_claims"] == 0, "every claim ended with a row"
+    assert summary["unrecorded_runs"] == 0, "every run that started has its run.finished row"
+    assert summary["orphans"] == 0
     assert summary["runs_started"] > 30, "the jobs really ran between the kills"
     assert summary["reclaimed"] >= 1, "kills mid-run left claims that the next loop reclaimed"
     shutil.rmtree(summary["work"], ignore_errors=True)  # kept for a look when an assertion failed
+
+
+def _load_soak() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("soak", REPO / "bench" / "soak.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_soak_analysis_reads_every_rotated_audit_file(tmp_path: Path) -> None:
+    soak: object = _load_soak()
+    home, ledger = tmp_path / "home", tmp_path / "ledger"
+    home.mkdir()
+    slot = "2026-12-02T10:00:00.000+00:00"
+    claimed = {"event": "run.claimed", "job": "soak-0", "run_id": "r1", "slot": slot}
+    finished = {"event": "run.finished", "job": "soak-0", "run_id": "r1", "slot": slot}
+    (home / "audit.jsonl.2").write_text(json.dumps(claimed) + "\n")
+    (home / "audit.jsonl.1").write_text("")
+    (home / "audit.jsonl").write_text(json.dumps(finished) + "\n")
+    ledger.write_text(f"start soak-0 {slot} r1\nend soak-0 {slot} r1\nstart soak-0 {slot} r2\n")
+    summary = soak.analyse(home, ledger)  # type: ignore[attr-defined]
+    assert (summary["audit_files"], summary["unended_claims"]) == (3, 0)
+    # r2 started and wrote its line, but no run.finished row says so: it is reported.
+    assert (summary["unrecorded_runs"], summary["duplicates"]) == (1, 1)

@@ -10,6 +10,9 @@ import os
 import sys
 from typing import Callable, NoReturn
 
+from cronctl.cli.render import error
+from cronctl.errors import ConfigError, CronctlError
+
 
 def run(command: Callable[[], int | None], *, skip_teardown: bool = False) -> NoReturn:
     """Run `command` and exit with its code (None means 0).
@@ -18,8 +21,6 @@ def run(command: Callable[[], int | None], *, skip_teardown: bool = False) -> No
     (freeing every object one by one: a tenth of `status --json` at 1,000 jobs). Only
     for a command that holds nothing needing cleanup: no lock, no child, no open write.
     """
-    from cronctl.errors import ConfigError, CronctlError
-
     try:
         code = command()
         if skip_teardown:
@@ -27,14 +28,10 @@ def run(command: Callable[[], int | None], *, skip_teardown: bool = False) -> No
             sys.stderr.flush()
             os._exit(code if isinstance(code, int) else 0)
     except ConfigError as exc:
-        from cronctl.cli.render import error
-
         for problem in exc.problems:
             error(problem)
         sys.exit(exc.exit_code)
     except CronctlError as exc:
-        from cronctl.cli.render import error
-
         error(str(exc))
         sys.exit(exc.exit_code)
     except BrokenPipeError:

@@ -10,7 +10,10 @@ statusops and exits (tests/test_fastpath.py compares the two byte for byte).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from cronctl.clock import Clock
 
 
 class StatusArgs(NamedTuple):
@@ -47,7 +50,9 @@ def _global_options(argv: list[str]) -> tuple[str | None, list[str] | None]:
     return home, argv[index:]
 
 
-def run(args: StatusArgs, clock: Any = None) -> int:
+def run(args: StatusArgs, clock: Clock | None = None) -> int:
+    # Imported here: every invocation parses its arguments with this module, and only
+    # `status --json` needs these.
     from cronctl.cli.render import print_json
     from cronctl.context import Context
     from cronctl.ops.status import status, status_json

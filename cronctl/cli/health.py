@@ -1,4 +1,8 @@
-"""Commands about cronctl's own health: doctor. Registered on the app by cli.py."""
+"""Commands about cronctl's own health: doctor. Registered on the app by cli/main.py.
+
+Every command module is imported for every command, so the doctor's module (it reads
+processes and the loop's files) is imported inside the command.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from cronctl.cli.app import JsonOpt, _ctx, app
+from cronctl.cli import render
+from cronctl.cli.app import JsonOpt, app, open_context
 
 
 @app.command()
@@ -19,10 +24,10 @@ def doctor(
 
     Example: cronctl doctor --repair
     """
-    from cronctl.cli import render
+    # Imported here: only this command needs it (start-up time).
     from cronctl.ops import doctor as doctor_mod
 
-    ctx = _ctx()
+    ctx = open_context()
     repaired = doctor_mod.repair(ctx.paths, ctx.store) if repair else []
     findings = doctor_mod.examine(ctx.paths, ctx.store, ctx.clock.now())
     if json_out:

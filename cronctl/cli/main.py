@@ -17,10 +17,14 @@ from cronctl.cli.app import app
 
 # isort: off
 # Each command module registers its commands on `app` when imported; the order is --help's.
+from cronctl.cli import jobs as _jobs  # noqa: F401
+from cronctl.cli import runs as _runs  # noqa: F401
 from cronctl.cli import health as _health  # noqa: F401
 from cronctl.cli import migrate as _migrate  # noqa: F401
 from cronctl.cli import metrics as _metrics  # noqa: F401
 # isort: on
+
+__all__ = ["app", "main"]  # app: with every command registered (tests list the commands)
 
 _built: dict[int, Any] = {}
 
@@ -58,5 +62,6 @@ def _run_click(args: list[str]) -> int | None:
         if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
             raise
         exc.show()
-        return exc.exit_code
+        exit_code: int = exc.exit_code
+        return exit_code
     return code if isinstance(code, int) else 0

@@ -1,4 +1,8 @@
-"""`cronctl metrics`: the Prometheus text format. Registered on the app by cli.py."""
+"""`cronctl metrics`: the Prometheus text format. Registered on the app by cli/main.py.
+
+Every command module is imported for every command, so ops.metrics (it imports the
+health, loop and claims modules) is imported inside the command.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cronctl.cli.app import _ctx, app
+from cronctl.cli.app import app, open_context
 
 
 @app.command()
@@ -20,12 +24,11 @@ def metrics(
 
     Example: cronctl metrics -o /var/lib/node_exporter/textfile/cronctl.prom
     """
-    from cronctl.ops.metrics import metrics_for
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.metrics import metrics_for, write_textfile
 
-    data = metrics_for(_ctx())
+    data = metrics_for(open_context())
     if output is None:
         sys.stdout.buffer.write(data)
         return
-    from cronctl.ops.metrics import write_textfile
-
     write_textfile(output, data)

@@ -89,7 +89,8 @@ def columns(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[st
     widths = [max(cell_len(row[index]) for row in cells) for index in range(len(header) - 1)]
     lines = []
     for row in cells:
-        padded = [cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths)]
+        # widths has no entry for the last column (left unpadded): zip stops before it.
+        padded = [cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join([*padded, row[-1]]).rstrip())
     return lines
 
@@ -155,7 +156,8 @@ def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
     lines += [f"- prune {n}" for n in plan["prune"]]
     for line in lines:
         say(line)
-    summary = (f"{plan['file']}: {verb} create {len(plan['create'])}, update {len(plan['update']) + len(plan['adopt'])}, "
+    updated = len(plan["update"]) + len(plan["adopt"])
+    summary = (f"{plan['file']}: {verb} create {len(plan['create'])}, update {updated}, "
                f"prune {len(plan['prune'])}, unchanged {len(plan['unchanged'])}")
     say(summary)
 
@@ -255,7 +257,8 @@ def _finished(row: dict[str, Any]) -> str:
 
 
 _LOOP_LINES: dict[str, Any] = {
-    "run.started": lambda r: f"started   run {r.get('run_id')} (slot {str(r.get('slot', ''))[11:23]}, pid {r.get('pid')})",
+    "run.started": lambda r: (f"started   run {r.get('run_id')} (slot {str(r.get('slot', ''))[11:23]}, "
+                              f"pid {r.get('pid')})"),
     "run.finished": lambda r: f"finished  {_finished(r)}",
     "run.skipped": lambda r: f"skipped   slot {str(r.get('slot', ''))[11:23]} ({r.get('reason')})",
     "run.missed": lambda r: f"missed    {r.get('count')} slot(s) ({r.get('reason')}, catchup {r.get('catchup')})",

@@ -132,7 +132,8 @@ def _specs_from_document(path: Path, document: Any, problems: list[str]) -> list
         return []
     for key in document:
         if key not in TOP_LEVEL_KEYS:
-            problems.append(f"{path}:{_line_of(document, key)}: unknown top-level key {key!r} (allowed: defaults, jobs)")
+            problems.append(f"{path}:{_line_of(document, key)}: unknown top-level key {key!r} "
+                            "(allowed: defaults, jobs)")
     defaults = _check_defaults(path, document.get("defaults"), problems)
     jobs = document.get("jobs")
     if not isinstance(jobs, list):
@@ -146,7 +147,8 @@ def _specs_from_document(path: Path, document: Any, problems: list[str]) -> list
             continue
         line = getattr(raw, "line", 0)
         if spec.name in seen:
-            problems.append(f"{path}:{line}: job '{spec.name}': field 'name': duplicate name (first defined at line {seen[spec.name]})")
+            problems.append(f"{path}:{line}: job '{spec.name}': field 'name': duplicate name "
+                            f"(first defined at line {seen[spec.name]})")
             continue
         seen[spec.name] = line
         specs.append(spec)
@@ -196,7 +198,8 @@ def _spec_from_entry(path: Path, index: int, raw: Any, defaults: dict[str, Any],
 
 
 def _line_of(mapping: Any, key: str) -> int:
-    return getattr(mapping, "key_lines", {}).get(key, getattr(mapping, "line", 0))
+    line: int = getattr(mapping, "key_lines", {}).get(key, getattr(mapping, "line", 0))
+    return line
 
 
 # --- one validator for YAML entries and CLI options --------------------------
@@ -277,7 +280,8 @@ def _text_problem(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def _check_required(raw: dict[str, Any], values: dict[str, Any], where: Callable[[str], str], problems: list[str]) -> None:
+def _check_required(raw: dict[str, Any], values: dict[str, Any], where: Callable[[str], str],
+                    problems: list[str]) -> None:
     if "name" not in raw:
         problems.append(f"{where('name')}: missing (every job needs a name)")
     if "command" not in raw:
@@ -315,7 +319,8 @@ def _check_name(value: Any) -> str:
         raise FieldProblem(f"{value!r} is not a valid name: YAML reads an unquoted off, no, yes or on as a "
                            "boolean; quote it")
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise FieldProblem(f"{value!r} is not a valid name: use lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise FieldProblem(f"{value!r} is not a valid name: use lowercase letters, digits, '.', '_' or '-', "
+                           "starting with a letter or digit")
     if len(value) > NAME_MAX:
         raise FieldProblem(f"name is longer than {NAME_MAX} characters")
     return value
@@ -422,10 +427,11 @@ def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
                 value = int(value)
             else:
                 raise FieldProblem(f"expected a whole number, got {value!r}")
-        if value < minimum or (maximum is not None and value > maximum):
+        number: int = value  # an int by now: checked or converted above
+        if number < minimum or (maximum is not None and number > maximum):
             upper = f" and at most {maximum}" if maximum is not None else ""
-            raise FieldProblem(f"must be at least {minimum}{upper}, got {value}")
-        return value
+            raise FieldProblem(f"must be at least {minimum}{upper}, got {number}")
+        return number
 
     return check
 

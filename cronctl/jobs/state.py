@@ -40,9 +40,10 @@ def entry_from(spec: JobSpec, state: dict[str, Any]) -> dict[str, Any]:
 
 def get_entry(doc: dict[str, Any], name: str) -> dict[str, Any]:
     try:
-        return doc["jobs"][name]
+        entry: dict[str, Any] = doc["jobs"][name]
     except KeyError:
         raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')") from None
+    return entry
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ def describe_expression(expr: str) -> str:
     """
     parsed = parse_cron(expr)
     try:
-        from cron_descriptor import Options, get_description
+        from cron_descriptor import Options, get_description  # type: ignore[import-untyped]
 
         options = Options()
         options.use_24hour_time_format = True
-        text = get_description(" ".join(parsed.fields), options)
+        text = str(get_description(" ".join(parsed.fields), options))
     except Exception:  # an expression it cannot word: our own plainer wording
         return describe_cron(parsed)
     dom, dow = parsed.fields[2], parsed.fields[4]

@@ -2,25 +2,22 @@
 
 `heal_pass` takes `now`, liveness checks and a process killer, so it is
 unit-testable without a clock or a fork. Processes are killed BEFORE the
-claim is released, and each release re-reads the claim under the store lock,
-so a run that just ended for real is never overwritten.
+claim is released, and each release goes through the lease store, which
+re-checks the claim in its transaction, so a run that just ended for real is
+never overwritten.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable, Container
 
 from cronctl.context import Context
 from cronctl.jobs.health import FAILED, claim_problem, persisted_error_wedge
 from cronctl.jobs.state import JobView
-from cronctl.models import AuditEvent, RunStatus
-from cronctl.schedule.slots import first_slot
-from cronctl.store import claims as claims_mod
-from cronctl.store import history
-from cronctl.store.claims import Event, Outcome
-from cronctl.timefmt import from_iso, to_iso
+from cronctl.store.claims import Owner
+from cronctl.store.schema import bump_counter
 
 DEADLINE_SLACK = 120.0
 
@@ -46,9 +43,8 @@ class HealReport:
         return bool(self.reclaimed or self.deadline_terminated or self.rearmed)
 
 
-def bump(doc: dict[str, Any], counter: str, by: int = 1) -> None:
-    counters = doc.setdefault("counters", {})
-    counters[counter] = int(counters.get(counter) or 0) + by
+# The loop's takeover counters use it too (scheduler.py).
+bump = bump_counter
 
 
 def run_deadline(claim: dict[str, Any], spec_retries: int, retry_delay: float) -> float | None:
@@ -112,26 +108,12 @@ def _suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: str, now: datetime,
             kill: Killer, report: HealReport | None = None) -> bool:
-    """Kill what is left of a run, then release its claim as lost / not_started (fenced on run_id)."""
+    """Kill what is left of a run, then release its claim as lost / not_started (fenced on its owner)."""
     ended = kill(run_id, claim.get("child"), _grace(claim))
-    dispatched = bool(claim.get("dispatched"))
-    outcome = Outcome(
-        RunStatus.LOST if dispatched else RunStatus.NOT_STARTED,
-        "executor_lost_mid_run" if dispatched else "run_claimed_without_dispatch",
-        fault="platform",
-    )
-    with ctx.store.transaction() as doc:
-        current = (doc["jobs"].get(job, {}).get("state", {}).get("claims") or {}).get(run_id)
-        if current is None or current.get("owner") != claim.get("owner"):
-            return False  # it ended for real, or was reclaimed by someone else meanwhile
-        done = claims_mod.finish(doc, job, run_id, None, outcome, now)
-        bump(doc, "operator_release" if reason == "operator" else reason)
-    _write(ctx, [Event(AuditEvent.CLAIM_RECLAIMED, {
-        "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
-        "run_reason": outcome.reason, "processes_killed": ended, "owner_pid": (claim.get("owner") or {}).get("pid"),
-    }), *done.events])
-    if done.record:
-        history.append_record(ctx.paths, done.record)
+    owner = claim.get("owner")
+    seen = Owner.from_dict(owner) if owner else None
+    if not ctx.leases.reclaim(job, run_id, seen, reason, now, ended):
+        return False  # it ended for real, or was reclaimed by someone else meanwhile
     if report is not None:
         report.reclaimed.append((job, run_id, reason))
     return True
@@ -145,58 +127,14 @@ def _check_deadline(ctx: Context, view: JobView, run_id: str, claim: dict[str, A
         return
     if live.monotonic() - float(started) <= limit:
         return
-    ended = kill(run_id, claim.get("child"), float(claim.get("kill_grace") or 0.0))
-    outcome = Outcome(RunStatus.TIMEOUT, "deadline_janitor", fault="job")
-    with ctx.store.transaction() as doc:
-        current = (doc["jobs"].get(view.spec.name, {}).get("state", {}).get("claims") or {}).get(run_id)
-        if current is None:
-            return  # the runner recorded it meanwhile: never overwrite a real ending
-        done = claims_mod.finish(doc, view.spec.name, run_id, None, outcome, now)
-        bump(doc, "deadline_terminated")
-    _write(ctx, [Event(AuditEvent.RECOVERY_DEADLINE_TERMINATED, {
-        "job": view.spec.name, "run_id": run_id, "reason": "deadline_janitor", "deadline_s": round(limit, 3),
-        "processes_killed": ended,
-    }), *done.events])
-    if done.record:
-        history.append_record(ctx.paths, done.record)
-    report.deadline_terminated.append((view.spec.name, run_id))
+    ended = kill(run_id, claim.get("child"), _grace(claim))
+    if ctx.leases.end_past_deadline(view.spec.name, run_id, limit, now, ended):
+        report.deadline_terminated.append((view.spec.name, run_id))
 
 
 def _rearm(ctx: Context, job: str, now: datetime, report: HealReport) -> None:
-    with ctx.store.transaction() as doc:
-        entry = doc["jobs"].get(job)
-        if entry is None:
-            return
-        view = JobView.from_entry(entry)
-        if not persisted_error_wedge(view, now):
-            return
-        state = entry["state"]
-        previous = state.get("next_run_at")
-        target = _rearm_target(view, now)
-        # Marked either way, so one failure is re-armed (or judged not wedged) exactly once.
-        state["rearmed_for"] = state.get("last_run_at")
-        old = from_iso(previous)
-        if target is None or (old is not None and target >= old):
-            return
-        state["next_run_at"] = to_iso(target)
-        bump(doc, "persisted_error_rearmed")
-    _write(ctx, [Event(AuditEvent.RECOVERY_PERSISTED_ERROR_REARMED, {
-        "job": job, "previous_next_run_at": previous, "next_run_at": to_iso(target),
-        "last_status": state.get("last_status"), "reason": "persisted_error",
-    })])
-    report.rearmed.append(job)
-
-
-def _rearm_target(view: JobView, now: datetime) -> datetime | None:
-    """Now for an interval job; the next legal slot for a cron job."""
-    if view.spec.every is not None:
-        return now
-    return first_slot(view.spec, now - timedelta(microseconds=1))
-
-
-def _write(ctx: Context, events: list[Event]) -> None:
-    for event in events:
-        ctx.audit.append(event.name, **event.details)
+    if ctx.leases.rearm(job, now):
+        report.rearmed.append(job)
 
 
 def owner_unresponsive(claim: dict[str, Any], live: Liveness, loop_wedged_pid: int | None) -> bool:

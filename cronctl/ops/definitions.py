@@ -11,7 +11,7 @@ from cronctl.context import Context
 from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
 from cronctl.jobs.jobfile import build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
-from cronctl.models import AuditEvent, JobSpec
+from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
 from cronctl.schedule.slots import fire_at, first_slot, slot_after
 from cronctl.timefmt import from_iso, to_iso
 
@@ -92,8 +92,8 @@ def _check_unset(unset: list[str]) -> None:
     for key in unset:
         field_name = key.replace("-", "_")
         if field_name in NOT_UNSETTABLE:
-            raise UsageError(f"--unset {key}: a job always has a {field_name if field_name in ('name', 'command') else 'schedule'}; "
-                             "give a new value instead")
+            kept = field_name if field_name in ("name", "command") else "schedule"
+            raise UsageError(f"--unset {key}: a job always has a {kept}; give a new value instead")
         if field_name not in allowed:
             raise UsageError(f"--unset {key}: not a job field (one of: {', '.join(allowed)})")
 
@@ -253,12 +253,11 @@ def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> No
 
 
 def list_jobs(ctx: Context) -> list[JobView]:
-    doc = ctx.store.read()
-    return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
+    return ctx.leases.jobs()
 
 
 def show_job(ctx: Context, name: str) -> JobView:
-    return JobView.from_entry(get_entry(ctx.store.read(), name))
+    return ctx.leases.job(name)
 
 
 @dataclass(frozen=True)
@@ -353,7 +352,7 @@ def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult
     if view.spec.paused and view.spec.source is None:
         entry["paused"] = False
         cleared.append("paused")
-    if state.get("last_status") in ("error", "timeout", "lost"):
+    if state.get("last_status") in FAILED_STATUSES:
         cleared.append(f"last_status {state['last_status']}")
     if state.get("retry"):
         state["retry"] = None

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import os
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cronctl.context import Context
 from cronctl.errors import ConflictError, CronctlError, JobNotFoundError
-from cronctl.jobs.state import JobView, get_entry
+from cronctl.jobs.state import get_entry
 from cronctl.loop import control
 from cronctl.loop.heartbeat import LoopStatus, loop_alive, loop_status
 from cronctl.models import AuditEvent, RunStatus
 from cronctl.proc import identity as procs
 from cronctl.proc.kill import kill_run_processes
 from cronctl.proc.liveness import owner_alive
-from cronctl.store import claims as claims_mod
 from cronctl.store import history
 from cronctl.store.claims import Outcome, Owner
+from cronctl.store.leases import RunClaim
 
 if TYPE_CHECKING:
     from cronctl.loop.scheduler import LoopOptions
@@ -29,10 +27,9 @@ if TYPE_CHECKING:
 
 
 def run_history(ctx: Context, job: str | None, count: int) -> list[dict[str, Any]]:
-    if job is not None and job not in ctx.store.read()["jobs"] and not ctx.paths.history(job).exists():
+    if job is not None and not ctx.leases.has_job(job) and not ctx.paths.history(job).exists():
         raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
-    records = history.read_records(ctx.paths, job)
-    return records[-count:] if count > 0 else []
+    return ctx.leases.history(job, count)
 
 
 def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
@@ -41,26 +38,25 @@ def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
         run_id = _newest_run_id(ctx, job)
     path = ctx.paths.run_log(job, run_id)
     if not path.exists():
-        raise CronctlError(f"no log for run {run_id} of job '{job}' (logs of the last {history.LOGS_KEPT} runs are kept)")
+        raise CronctlError(f"no log for run {run_id} of job '{job}' "
+                           f"(logs of the last {history.LOGS_KEPT} runs are kept)")
     return run_id, path
 
 
 def _newest_run_id(ctx: Context, job: str) -> str:
-    doc = ctx.store.read()
-    entry = doc["jobs"].get(job)
-    running = sorted((entry or {}).get("state", {}).get("claims") or {})
+    running = ctx.leases.claims_of(job)
     if running:
-        return running[-1]
-    records = history.read_records(ctx.paths, job)
+        return running[-1].run_id
+    records = ctx.leases.history(job)
     if records:
         return str(records[-1]["run_id"])
-    if entry is None:
+    if not ctx.leases.has_job(job):
         raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
     raise CronctlError(f"job '{job}' has not run yet")
 
 
 def run_is_active(ctx: Context, job: str, run_id: str) -> bool:
-    return _active_claim(ctx, job, run_id) is not None
+    return ctx.leases.find_run(job, run_id) is not None
 
 
 # --- force-run ------------------------------------------------------------------------
@@ -96,58 +92,42 @@ def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
 
 
 def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) -> dict[str, Any]:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while deadline is None or time.monotonic() < deadline:
-        claim = _active_claim(ctx, job, run_id)
+    clock = ctx.clock
+    deadline = None if timeout is None else clock.monotonic() + timeout
+    while deadline is None or clock.monotonic() < deadline:
+        claim = ctx.leases.find_run(job, run_id)
         if claim is None:
             record = history.find_record(ctx.paths, job, run_id)
             if record is not None:
                 return record
-        elif not owner_alive(claim.get("owner") or {}):
+        elif not owner_alive(claim.owner.to_dict() if claim.owner else {}):
             raise CronctlError(f"the loop running {job} run {run_id} died; the next 'cronctl run' records it "
                                f"as lost (see 'cronctl status')")
-        time.sleep(0.1)
+        clock.sleep(0.1)
     raise CronctlError(f"run {run_id} of '{job}' has not finished yet; follow it with 'cronctl logs {job} -f'")
 
 
-def _active_claim(ctx: Context, job: str, run_id: str) -> dict[str, Any] | None:
-    entry = ctx.store.read()["jobs"].get(job)
-    return ((entry or {}).get("state", {}).get("claims") or {}).get(run_id)
-
-
 def _force_here(ctx: Context, name: str) -> ForceResult:
-    """No loop runs: this process claims, supervises and records the run itself."""
-    from cronctl.loop.engine import Engine
-    from cronctl.proc.supervisor import Supervisor
+    """No loop runs: this process claims, supervises and records the run with the loop's own engine."""
+    from cronctl.loop.engine import build_engine, run_one
 
-    done = threading.Event()
-    records: list[dict[str, Any]] = []
-    engine_box: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda r: engine_box[0].on_result(r))
-    me = procs.identify(os.getpid())
-    owner = Owner(f"cli-{uuid.uuid4().hex[:8]}", os.getpid(), me.start_time if me else 0.0, procs.boot_id())
-    engine = Engine(ctx, supervisor, owner)
-    engine_box.append(engine)
-    engine.finished_listeners.append(lambda record: (records.append(record), done.set()))
-    supervisor.start()
+    engine = build_engine(ctx, _cli_owner())
+    engine.supervisor.start()
     try:
-        batch = engine.force(name)
-        if not batch.claims:
-            raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
-        run_id = batch.claims[0].run_id
-        while not done.is_set() and (engine.active or not records):
-            engine.wake.wait(1.0)
-            engine.wake.clear()
-            engine.record_results()
-            engine.renew_if_due()
-            if not engine.active and not records:
-                break
-        engine.record_results()
+        ran = run_one(engine, name)
     finally:
-        supervisor.shutdown("shutdown", wait=30)
+        engine.supervisor.shutdown("shutdown", wait=30)
         engine.record_results()
-    record = records[0] if records else history.find_record(ctx.paths, name, run_id)
-    return ForceResult(run_id, False, record)
+    if ran is None:
+        raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
+    record = ran.record or history.find_record(ctx.paths, name, ran.run_id)
+    return ForceResult(ran.run_id, False, record)
+
+
+def _cli_owner() -> Owner:
+    """This CLI process as the owner of the one run it supervises."""
+    me = procs.identify(os.getpid())
+    return Owner(f"cli-{uuid.uuid4().hex[:8]}", os.getpid(), me.start_time if me else 0.0, procs.boot_id())
 
 
 def exit_code_of(record: dict[str, Any] | None) -> int:
@@ -171,12 +151,12 @@ def exit_code_of(record: dict[str, Any] | None) -> int:
 
 def kill_job(ctx: Context, name: str) -> list[str]:
     """End every run of a job; recorded `killed` by its loop, or here when no loop supervises it."""
-    doc = ctx.store.read()
-    view = JobView.from_entry(get_entry(doc, name))
-    if not view.claims:
+    get_entry(ctx.store.read(), name)
+    running = ctx.leases.claims_of(name)
+    if not running:
         raise ConflictError(f"job '{name}' is not running")
     live = loop_alive(ctx.paths, ctx.clock.now())
-    loop_runs = {r for r, c in view.claims.items() if live and (c.get("owner") or {}).get("pid") == live.pid}
+    loop_runs = {c.run_id for c in running if live and c.owner is not None and c.owner.pid == live.pid}
     killed: list[str] = []
     if loop_runs and live is not None:
         request_id = control.send_request(ctx.paths, "kill", live.pid, job=name)
@@ -186,27 +166,18 @@ def kill_job(ctx: Context, name: str) -> list[str]:
             killed.extend(answer.get("run_ids") or [])
             for run_id in killed:
                 wait_for_record(ctx, name, run_id, timeout=60.0)
-    for run_id, claim in view.claims.items():
-        if run_id not in killed:
-            if _kill_here(ctx, name, run_id, claim):
-                killed.append(run_id)
+    for claim in running:
+        if claim.run_id not in killed:
+            if _kill_here(ctx, claim):
+                killed.append(claim.run_id)
     return killed
 
 
-def _kill_here(ctx: Context, job: str, run_id: str, claim: dict[str, Any]) -> bool:
-    ended = kill_run_processes(run_id, claim.get("child"), float(claim.get("kill_grace") or 10.0))
+def _kill_here(ctx: Context, claim: RunClaim) -> bool:
+    """A run no loop supervises: end its processes, then record it killed (unless it ended meanwhile)."""
+    ended = kill_run_processes(claim.run_id, claim.child, float(claim.kill_grace or 10.0))
     outcome = Outcome(RunStatus.KILLED, "operator", fault=None)
-    with ctx.store.transaction() as doc:
-        current = (doc["jobs"].get(job, {}).get("state", {}).get("claims") or {}).get(run_id)
-        if current is None:
-            return False
-        done = claims_mod.finish(doc, job, run_id, None, outcome, ctx.clock.now())
-    done.events[0].details["processes_killed"] = ended
-    for event in done.events:
-        ctx.audit.append(event.name, **event.details)
-    if done.record:
-        history.append_record(ctx.paths, done.record)
-    return True
+    return ctx.leases.end_unsupervised(claim.job, claim.run_id, outcome, ctx.clock.now(), ended)
 
 
 def run_loop(ctx: Context, options: LoopOptions) -> int:
@@ -237,7 +208,7 @@ def release_stuck_runs(ctx: Context, names: list[str] | None) -> list[str]:
 
     loop = loop_status(ctx.paths, ctx.clock.now())
     wedged_pid = loop.pid if loop.state == "wedged" else None
-    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
+    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
     jobs = names if names is not None else sorted(ctx.store.read()["jobs"])
     released: list[str] = []
     for job in jobs:

@@ -40,6 +40,8 @@ class StatusReport:
 
 def status(ctx: Context) -> StatusReport:
     now = ctx.clock.now()
+    # The document itself, not ctx.leases.jobs(): the fast path of `status --json` must not
+    # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
     doc = ctx.store.read()
     expired = lease_checker()
     jobs = []

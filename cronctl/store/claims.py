@@ -13,13 +13,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronctl.jobs.state import JobView
-from cronctl.models import AuditEvent, Catchup, JobSpec, Overlap, RunStatus
+from cronctl.models import FAILED_STATUSES, AuditEvent, Catchup, Fault, JobSpec, Overlap, RunStatus, Trigger
 from cronctl.schedule.cron import retry_delay
 from cronctl.schedule.slots import cadence, collect_due, fire_at, starting_deadline
+from cronctl.store.schema import claims_of, find_claim
 from cronctl.timefmt import from_iso, to_iso
 
 DEFAULT_LEASE = 60.0
-FAILED_FOR_RETRY = (RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.LOST)
+FAILED_FOR_RETRY = FAILED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class Owner:
 
     def to_dict(self) -> dict[str, Any]:
         return {"generation": self.generation, "pid": self.pid, "start_time": self.start_time, "boot_id": self.boot_id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Owner:
+        """Tolerant of a partial record: the fence compares generation and pid only."""
+        return cls(str(data.get("generation") or ""), int(data.get("pid") or 0),
+                   float(data.get("start_time") or 0.0), str(data.get("boot_id") or ""))
 
     def owns(self, claim: dict[str, Any]) -> bool:
         owner = claim.get("owner") or {}
@@ -67,6 +74,8 @@ class NewClaim:
     replaces: list[str] = field(default_factory=list)  # runs to kill first (overlap: replace)
     # Claimed ahead of its slot: the child waits at its gate until this instant (slot + jitter).
     held_until: datetime | None = None
+    # Claimed ahead: what the claim set next_run_at to (handing the slot back restores it).
+    advanced_to: str | None = None
 
 
 @dataclass
@@ -100,7 +109,7 @@ def _claim_record(new: NewClaim, owner: Owner, lease: Lease, now: datetime) -> d
         "kill_grace": new.spec.kill_grace,
         "late": new.late,
         # When the scheduler meant it to start (slot + jitter): the base of fire lateness.
-        "due_at": to_iso(fire_at(new.spec, new.slot)) if new.trigger != "force" else None,
+        "due_at": to_iso(fire_at(new.spec, new.slot)) if new.trigger != Trigger.FORCE else None,
         **({"held_until": to_iso(new.held_until)} if new.held_until is not None else {}),
     }
 
@@ -146,7 +155,7 @@ def repeat_spent(spec: JobSpec, state: dict[str, Any]) -> bool:
     if spec.repeat is None:
         return False
     pending = sum(1 for claim in (state.get("claims") or {}).values()
-                  if claim.get("trigger") != "force" and not claim.get("dispatched"))
+                  if claim.get("trigger") != Trigger.FORCE and not claim.get("dispatched"))
     return int(state.get("runs_started") or 0) + pending >= spec.repeat
 
 
@@ -158,7 +167,7 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
         state["retry"] = None
         slot = from_iso(retry["slot"])
         assert slot is not None
-        _fire_or_skip(view, state, slot, "retry", int(retry["attempt"]), False, now, owner, lease, batch)
+        _fire_or_skip(view, state, slot, Trigger.RETRY, int(retry["attempt"]), False, now, owner, lease, batch)
         return
     next_run = view.next_run_at
     if next_run is None or repeat_spent(spec, state):
@@ -184,10 +193,10 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
             "job": spec.name, "slot": to_iso(due.latest), "count": due.missed,
             "first_missed": to_iso(next_run), "reason": "coalesced", "catchup": spec.catchup.value,
         }))
-    _fire_or_skip(view, state, due.latest, "schedule", 1, late, now, owner, lease, batch)
+    _fire_or_skip(view, state, due.latest, Trigger.SCHEDULE, 1, late, now, owner, lease, batch)
 
 
-def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger: str, attempt: int, late: bool,
+def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger: Trigger, attempt: int, late: bool,
                   now: datetime, owner: Owner, lease: Lease, batch: ClaimBatch,
                   held_until: datetime | None = None) -> None:
     spec = view.spec
@@ -196,16 +205,16 @@ def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger:
     if claims and spec.overlap is Overlap.SKIP:
         running = ", ".join(claims)
         batch.events.append(Event(AuditEvent.RUN_SKIPPED, {
-            "job": spec.name, "slot": to_iso(slot), "reason": "overlap", "running": running, "trigger": trigger,
+            "job": spec.name, "slot": to_iso(slot), "reason": "overlap", "running": running, "trigger": trigger.value,
         }))
         return
     if claims and spec.overlap is Overlap.REPLACE:
         replaces = list(claims)
-    new = NewClaim(spec.name, new_run_id(now), slot, trigger, attempt, spec, late, replaces, held_until)
+    new = NewClaim(spec.name, new_run_id(now), slot, trigger.value, attempt, spec, late, replaces, held_until)
     claims[new.run_id] = _claim_record(new, owner, lease, now)
     batch.claims.append(new)
     batch.events.append(Event(AuditEvent.RUN_CLAIMED, {
-        "job": spec.name, "run_id": new.run_id, "slot": to_iso(slot), "trigger": trigger, "attempt": attempt,
+        "job": spec.name, "run_id": new.run_id, "slot": to_iso(slot), "trigger": trigger.value, "attempt": attempt,
         "late": late or None, "reason": "scheduler_missed" if late else None, "replaces": replaces or None,
         "pid": owner.pid, "generation": owner.generation, "held_until": to_iso(held_until),
     }))
@@ -263,7 +272,7 @@ def claim_ahead(doc: dict[str, Any], now: datetime, horizon: datetime, owner: Ow
         if due is None or due.latest != slot:
             continue
         entry["state"]["next_run_at"] = to_iso(due.next_slot)
-        _fire_or_skip(view, entry["state"], slot, "schedule", 1, False, now, owner, lease, batch, held_until=fire)
+        _fire_or_skip(view, entry["state"], slot, Trigger.SCHEDULE, 1, False, now, owner, lease, batch, held_until=fire)
     return batch
 
 
@@ -278,9 +287,9 @@ def unhold(doc: dict[str, Any], job: str, run_id: str, advanced_to: str | None, 
     claim = (state.get("claims") or {}).pop(run_id, None)
     if claim is None:
         return None
-    if claim.get("trigger") == "schedule" and state.get("next_run_at") == advanced_to:
+    if claim.get("trigger") == Trigger.SCHEDULE and state.get("next_run_at") == advanced_to:
         state["next_run_at"] = claim["slot"]
-    if claim.get("dispatched") and claim.get("trigger") != "force":
+    if claim.get("dispatched") and claim.get("trigger") != Trigger.FORCE:
         state["runs_started"] = max(0, int(state.get("runs_started") or 0) - 1)
     return Event(AuditEvent.RUN_SKIPPED, {
         "job": job, "run_id": run_id, "slot": claim["slot"], "reason": "cancelled_before_slot", "why": why,
@@ -294,7 +303,7 @@ def claim_force(doc: dict[str, Any], name: str, now: datetime, owner: Owner, lea
 
     batch = ClaimBatch()
     entry = get_entry(doc, name)
-    _fire_or_skip(JobView.from_entry(entry), entry["state"], now, "force", 1, False, now, owner, lease, batch)
+    _fire_or_skip(JobView.from_entry(entry), entry["state"], now, Trigger.FORCE, 1, False, now, owner, lease, batch)
     return batch
 
 
@@ -327,7 +336,7 @@ def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], n
             "started_at": to_iso(now), "started_mono": run.started_mono,
         })
         state = doc["jobs"][run.job]["state"]
-        if claim["trigger"] != "force":
+        if claim["trigger"] != Trigger.FORCE:
             state["runs_started"] = int(state.get("runs_started") or 0) + 1
         if claim.get("due_at") and observe:
             observe_lateness(doc, (now - from_iso(claim["due_at"])).total_seconds())  # type: ignore[operator]
@@ -365,10 +374,7 @@ def renew(doc: dict[str, Any], owner: Owner, run_ids: dict[str, str], lease: Lea
 
 
 def _owned_claim(doc: dict[str, Any], job: str, run_id: str, owner: Owner) -> dict[str, Any] | None:
-    entry = doc["jobs"].get(job)
-    if entry is None:
-        return None
-    claim = (entry["state"].get("claims") or {}).get(run_id)
+    claim = find_claim(doc, job, run_id)
     if claim is None or not owner.owns(claim):
         return None
     return claim
@@ -387,7 +393,7 @@ class Outcome:
     signal: int | None = None
     duration: float | None = None
     output_tail: str = ""
-    fault: str | None = None  # "job" or "platform"
+    fault: Fault | None = None
 
 
 @dataclass
@@ -402,7 +408,7 @@ def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outc
            now: datetime) -> Finished:
     """The fenced terminal write: refused unless `owner` (None: the healer) still holds the claim."""
     entry = doc["jobs"].get(job)
-    claims = (entry or {}).get("state", {}).get("claims") or {}
+    claims = claims_of(entry)
     claim = claims.get(run_id)
     if entry is None or claim is None or (owner is not None and not owner.owns(claim)):
         return Finished(fenced=True, events=[Event(AuditEvent.RUN_FENCED, {
@@ -443,18 +449,23 @@ def _history_record(job: str, run_id: str, claim: dict[str, Any], outcome: Outco
         "attempt": claim["attempt"], "claimed_at": claim["claimed_at"], "started_at": claim.get("started_at"),
         "ended_at": to_iso(now), "duration": None if duration is None else round(duration, 3),
         "status": outcome.status.value, "exit_code": outcome.exit_code, "signal": outcome.signal,
-        "reason": outcome.reason, "fault": outcome.fault or _default_fault(outcome.status),
+        "reason": outcome.reason, "fault": _value(outcome.fault or _default_fault(outcome.status)),
         "late": late, "late_reason": "scheduler_missed" if late else None,
         "output_tail": outcome.output_tail[-2000:],
     }
 
 
-def _default_fault(status: RunStatus) -> str | None:
+def _default_fault(status: RunStatus) -> Fault | None:
     if status in (RunStatus.ERROR, RunStatus.TIMEOUT):
-        return "job"
+        return Fault.JOB
     if status in (RunStatus.LOST, RunStatus.NOT_STARTED):
-        return "platform"
+        return Fault.PLATFORM
     return None
+
+
+def _value(fault: Fault | None) -> str | None:
+    """The document receives the plain word, so its JSON bytes stay what they were."""
+    return None if fault is None else fault.value
 
 
 def _record_last(state: dict[str, Any], record: dict[str, Any], outcome: Outcome) -> None:
@@ -480,7 +491,7 @@ def _record_last(state: dict[str, Any], record: dict[str, Any], outcome: Outcome
 def _schedule_retry(spec: JobSpec, state: dict[str, Any], claim: dict[str, Any], outcome: Outcome,
                     now: datetime, result: Finished) -> bool:
     attempt = int(claim["attempt"])
-    if outcome.status not in FAILED_FOR_RETRY or claim["trigger"] == "force" or attempt > spec.retries:
+    if outcome.status not in FAILED_FOR_RETRY or claim["trigger"] == Trigger.FORCE or attempt > spec.retries:
         return False
     slot = from_iso(claim["slot"])
     assert slot is not None
@@ -516,8 +527,8 @@ def release(doc: dict[str, Any], job: str, run_id: str) -> bool:
     claim = (state.get("claims") or {}).pop(run_id, None)
     if claim is None:
         return False
-    if claim.get("trigger") == "retry" and not state.get("retry"):
+    if claim.get("trigger") == Trigger.RETRY and not state.get("retry"):
         state["retry"] = {"attempt": claim["attempt"], "due_at": claim["claimed_at"], "slot": claim["slot"]}
-    elif claim.get("trigger") == "schedule" and entry.get("at") and state.get("next_run_at") is None:
+    elif claim.get("trigger") == Trigger.SCHEDULE and entry.get("at") and state.get("next_run_at") is None:
         state["next_run_at"] = claim["slot"]
     return True

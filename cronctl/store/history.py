@@ -81,7 +81,8 @@ def read_records(paths: Paths, job: str | None) -> list[dict[str, Any]]:
 def find_record(paths: Paths, job: str, run_id: str) -> dict[str, Any] | None:
     for record in reversed(read_records(paths, job)):
         if record.get("run_id") == run_id:
-            return record
+            found: dict[str, Any] = record
+            return found
     return None
 
 

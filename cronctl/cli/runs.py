@@ -1,0 +1,246 @@
+"""The commands about runs and what happened: audit, run, status, history, logs, force-run,
+kill. Registered on the app by cli/main.py.
+
+Every command module is imported for every command, so each command imports the use-case
+module it calls inside its own body (the loop's modules are needed by `run` alone): a
+command loads only what it uses.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from cronctl.cli import render
+from cronctl.cli.app import JsonOpt, app, open_context, open_store_context
+from cronctl.durations import parse_duration
+from cronctl.errors import CronctlError, UsageError
+
+if TYPE_CHECKING:
+    from cronctl.context import Context
+
+
+@app.command()
+def audit(
+    job: Annotated[Optional[str], typer.Option("--job", help="Only rows of this job.")] = None,
+    event: Annotated[Optional[str], typer.Option("--event", help="Event name, or a prefix like 'run.*'.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="ISO instant, or a duration ago like 1h.")] = None,
+    count: Annotated[int, typer.Option("-n", min=0, help="Last N rows.")] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """Read the audit log.
+
+    Example: cronctl audit --job backup --event 'run.*' --since 1h
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.store.audit import filter_rows
+
+    ctx = open_context()
+    rows = filter_rows(ctx.audit.rows(), job=job, event=event,
+                       since=_since(since, ctx) if since else None, limit=count)
+    if json_out:
+        render.print_json({"rows": rows})
+    else:
+        render.audit_rows(rows)
+
+
+def _since(text: str, ctx: Context) -> datetime:
+    """--since: a duration ago (1h), else an ISO instant."""
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.definitions import parse_instant
+
+    try:
+        return ctx.clock.now() - timedelta(seconds=parse_duration(text, field="--since"))
+    except CronctlError:
+        pass
+    try:
+        return parse_instant(text)
+    except CronctlError:
+        raise UsageError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
+                         "or a duration ago like 30m, 1h, 2d") from None
+
+
+@app.command()
+def run(
+    file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Apply this YAML file at start "
+                                                 "and whenever it changes.")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Fire what is due now, wait for it, exit.")] = False,
+    standby: Annotated[bool, typer.Option("--standby", help="Wait beside a running loop and take over "
+                                          "when it dies or wedges.")] = False,
+    max_parallel: Annotated[Optional[int], typer.Option("--max-parallel", min=1,
+                                                        help="At most N runs at once.")] = None,
+    takeover_after: Annotated[str, typer.Option("--takeover-after", help="With --standby: a leader whose "
+                                                "heartbeat is this stale is killed and replaced.")] = "60s",
+    lease: Annotated[str, typer.Option("--lease", help="Claim lease, renewed while a run is supervised.")] = "60s",
+    metrics_file: Annotated[Optional[Path], typer.Option("--metrics-file", help="Keep a Prometheus textfile "
+                                                         "(node_exporter) up to date.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no line per run (the audit log "
+                                        "still has every decision).")] = False,
+    http: Annotated[Optional[str], typer.Option("--http", metavar="ADDR:PORT", help="Serve /metrics, /healthz "
+                                                "and /livez here (loopback unless --http-allow-remote).")] = None,
+    http_allow_remote: Annotated[bool, typer.Option("--http-allow-remote", help="Let --http listen on a "
+                                                    "non-loopback address.")] = False,
+) -> None:
+    """The foreground loop: fires due jobs until SIGTERM/SIGINT.
+
+    Example: cronctl run -f jobs.yaml --max-parallel 50
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.loop.endpoint import parse_listen
+    from cronctl.loop.scheduler import LoopOptions
+    from cronctl.ops.runs import run_loop
+
+    options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
+                          max_parallel=max_parallel,
+                          takeover_after=parse_duration(takeover_after, field="--takeover-after"),
+                          lease=parse_duration(lease, field="--lease"),
+                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet,
+                          http=parse_listen(http, http_allow_remote) if http else None)
+    ctx = open_context()
+    if not quiet:
+        ctx.audit.listeners.append(_echo_decision)
+    raise typer.Exit(run_loop(ctx, options))
+
+
+def _echo_decision(row: dict[str, Any]) -> None:
+    line = render.loop_line(row)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
+@app.command()
+def status(
+    stale: Annotated[bool, typer.Option("--stale", help="Only what is stale; exit 3 if anything is.")] = False,
+    json_out: JsonOpt = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="A live view, redrawn until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between redraws "
+                                            "with --watch.")] = 2.0,
+) -> None:
+    """The loop and every job, with the reason in plain words.
+
+    Example: cronctl status --stale || alert "cron is stale"
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.status import status as status_report
+    from cronctl.ops.status import status_json
+
+    ctx = open_context()
+    if watch:
+        def frame() -> list[str]:
+            data = status_json(status_report(ctx), only_stale=stale)
+            title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
+            return [title, *render.status_lines(data, stale)]
+
+        render.watch(frame, interval)
+        return
+    report = status_report(ctx)
+    data = status_json(report, only_stale=stale)
+    if json_out:
+        render.print_json(data)
+    else:
+        render.status_view(data, stale)
+    if stale and report.stale:
+        raise typer.Exit(3)
+
+
+@app.command()
+def history(
+    name: Annotated[Optional[str], typer.Argument(help="Job (default: all).")] = None,
+    count: Annotated[int, typer.Option("-n", min=0, help="Last N runs.")] = 20,
+    json_out: JsonOpt = False,
+) -> None:
+    """Past runs: slot, trigger, start, duration, status, reason.
+
+    Example: cronctl history backup -n 5
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.runs import run_history
+
+    records = run_history(open_store_context(), name, count)
+    if json_out:
+        render.print_json({"runs": records})
+    else:
+        render.history_table(records)
+
+
+@app.command()
+def logs(
+    name: Annotated[str, typer.Argument(help="Job.")],
+    run_id: Annotated[Optional[str], typer.Option("--run", help="Run id (default: the last run).")] = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing while the run goes on.")] = False,
+) -> None:
+    """A run's captured output.
+
+    Example: cronctl logs backup -f
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.runs import log_path
+
+    ctx = open_context()
+    found_id, path = log_path(ctx, name, run_id)
+    _print_log(ctx, name, found_id, path, follow)
+
+
+def _print_log(ctx: Context, job: str, run_id: str, path: Path, follow: bool) -> None:
+    """Copy the log to stdout; with follow, keep copying until the run is over."""
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.runs import run_is_active
+
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(65536)
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+                continue
+            if not follow or not run_is_active(ctx, job, run_id):
+                rest = handle.read()
+                sys.stdout.buffer.write(rest)
+                return
+            time.sleep(0.2)
+
+
+@app.command("force-run")
+def force_run(
+    name: Annotated[str, typer.Argument(help="Job to fire now.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait and exit with the run's status "
+                                       "(0, the job's exit code, 124 on timeout).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fire a job now, once, outside its schedule (next_run_at is not moved).
+
+    Example: cronctl force-run backup --wait
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops import runs as runops
+
+    result = runops.force_run(open_context(), name, wait)
+    record = result.record
+    if json_out:
+        render.print_json({"run_id": result.run_id, "via_loop": result.via_loop, "run": record})
+    elif record is None:
+        render.say(f"started {name} run {result.run_id} through the running loop; "
+                   f"'cronctl logs {name} -f' follows it")
+    else:
+        render.say(f"{name} run {result.run_id}: {record['status']}"
+                   + (f" ({record['reason']})" if record.get("reason") else ""))
+    if wait or not result.via_loop:
+        raise typer.Exit(runops.exit_code_of(record) if wait else 0)
+
+
+@app.command()
+def kill(name: Annotated[str, typer.Argument(help="Job whose runs to end.")]) -> None:
+    """End a running job (its whole process group, SIGTERM then SIGKILL); recorded `killed`.
+
+    Example: cronctl kill backup
+    """
+    # Imported here: only this command needs it (start-up time).
+    from cronctl.ops.runs import kill_job
+
+    killed = kill_job(open_context(), name)
+    render.say(f"killed {name}: {', '.join(killed)}" if killed else f"{name}: nothing was left to kill")

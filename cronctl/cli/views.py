@@ -1,0 +1,168 @@
+"""What the job commands print: the --json documents of a job and the lines people read.
+
+Commands import this module when they run (it pulls in the job, schedule and liveness
+modules), so `cronctl --help` and the commands that print no job do not load it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from cronctl.cli import render
+from cronctl.jobs.health import job_health
+from cronctl.jobs.state import JobView, entry_from
+from cronctl.jobs.words import describe
+from cronctl.models import command_text
+from cronctl.proc.liveness import lease_checker, owner_alive
+from cronctl.schedule.slots import fire_at
+from cronctl.timefmt import from_iso, to_iso
+
+if TYPE_CHECKING:
+    from cronctl.context import Context
+    from cronctl.ops.definitions import NextFires, ResumeResult
+
+# --- one job as data -----------------------------------------------------------
+
+
+def job_json(view: JobView, ctx: Context) -> dict[str, Any]:
+    """A job's --json document: its stored entry, its next fire instant and its health."""
+    now = ctx.clock.now()
+    health = job_health(view, now, owner_alive, lease_checker())
+    data = entry_from(view.spec, view.state)
+    next_slot = view.next_run_at
+    data["next_fire_at"] = to_iso(fire_at(view.spec, next_slot)) if next_slot and not view.paused else None
+    data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
+    return data
+
+
+def job_row(view: JobView, ctx: Context) -> dict[str, Any]:
+    """A job as one row of `cronctl list`."""
+    data = job_json(view, ctx)
+    return {
+        "name": view.spec.name, "schedule": view.spec.schedule_text, "when": describe(view.spec),
+        "timezone": view.spec.timezone,
+        "next_fire": from_iso(data["next_fire_at"]), "last_run": from_iso(view.state.get("last_run_at")),
+        "status_word": data["health"]["state"], "command": view.spec.command,
+    }
+
+
+def detail_fields(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """`cronctl show`: (field, text) pairs of a job's --json document, state last."""
+    fields: list[tuple[str, str]] = []
+    for key, value in data.items():
+        if key in ("state", "health"):
+            continue
+        if value in (None, {}, [], False) and key not in ("paused",):
+            continue
+        text = command_text(value) if key in ("command", "on_failure") else field_text(value)
+        fields.append((key, text))
+        if key in ("cron", "every", "at"):
+            fields.append(("in words", _words(data)))
+    fields.append(("health", f"{data['health']['state']}: {data['health']['reason']}"))
+    for key, value in sorted(data["state"].items()):
+        if key == "claims":
+            value = ", ".join(value) or "-"
+        fields.append((f"state.{key}", "-" if value is None else field_text(value)))
+    return fields
+
+
+def _words(data: dict[str, Any]) -> str:
+    return describe(JobView.from_entry(data).spec)
+
+
+def field_text(value: Any) -> str:
+    """Booleans, lists and mappings as they are written in YAML and JSON (true, not True)."""
+    if isinstance(value, (bool, dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def next_fire_text(view: JobView) -> str:
+    if view.paused:
+        return "paused (no fire until 'cronctl resume " + view.spec.name + "')"
+    if view.next_run_at is None:
+        return "no further fires"
+    return "next fire " + render.fire_text(fire_at(view.spec, view.next_run_at), view.spec.timezone)
+
+
+def warn_if_past(view: JobView, ctx: Context) -> None:
+    if view.spec.at is not None and not view.state.get("completed") and view.spec.at < ctx.clock.now():
+        render.warn(f"{view.spec.name}: 'at' {view.spec.at.isoformat()} is in the past; "
+                    "a running loop fires it at once")
+
+
+# --- what each job command prints ---------------------------------------------------
+
+
+def added(view: JobView, ctx: Context, json_out: bool) -> None:
+    if json_out:
+        render.print_json(job_json(view, ctx))
+        return
+    render.say(f"added {view.spec.name}: {view.spec.schedule_text} ({view.spec.timezone}), {next_fire_text(view)}")
+    warn_if_past(view, ctx)
+
+
+def edited(view: JobView, changed: list[str], ctx: Context, json_out: bool) -> None:
+    name = view.spec.name
+    if json_out:
+        render.print_json({"job": job_json(view, ctx), "changed": changed})
+    elif changed:
+        render.say(f"updated {name}: {', '.join(changed)}; {next_fire_text(view)}")
+        warn_if_past(view, ctx)
+        if view.spec.source:
+            render.warn(f"{name} is defined by {view.spec.source}; the next apply of that file overrides this edit")
+    else:
+        render.say(f"{name}: nothing changed")
+
+
+def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
+    if json_out:
+        render.print_json({"jobs": [job_json(view, ctx) for view in job_views]})
+        return
+    render.jobs_table((job_row(view, ctx) for view in job_views), ctx.clock.now())
+
+
+def job_shown(view: JobView, ctx: Context, json_out: bool) -> None:
+    data = job_json(view, ctx)
+    if json_out:
+        render.print_json(data)
+        return
+    render.job_detail(detail_fields(data))
+
+
+def next_fires(results: list[NextFires], json_out: bool) -> None:
+    """`cronctl next`: each job's instants in its own zone and in UTC."""
+    rows = [(result.view.spec.name, result.view.spec.timezone, _local_and_utc(result)) for result in results]
+    paused = {result.view.spec.name for result in results if result.view.paused}
+    if json_out:
+        render.print_json({"jobs": [
+            {"name": job, "timezone": zone, "paused": job in paused,
+             "fires": [{"local": render.local_iso(local), "utc": to_iso(utc)} for local, utc in instants]}
+            for job, zone, instants in rows
+        ]})
+        return
+    render.next_table(rows, paused, words={r.view.spec.name: describe(r.view.spec) for r in results})
+
+
+def _local_and_utc(result: NextFires) -> list[tuple[datetime, datetime]]:
+    zone = ZoneInfo(result.view.spec.timezone)
+    fires = [fire_at(result.view.spec, slot) for slot in result.instants]
+    return [(fire.astimezone(zone), fire) for fire in fires]
+
+
+def resumed(released: list[str], results: list[ResumeResult], json_out: bool) -> None:
+    if json_out:
+        render.print_json({"jobs": [r.__dict__ for r in results], "released_runs": released})
+        return
+    for run_id in released:
+        render.say(f"released run {run_id}: its owner was dead or hung; its processes were killed")
+    for result in results:
+        cleared = f" (cleared {', '.join(result.cleared)})" if result.cleared else ""
+        when = from_iso(result.next_fire_at) if result.next_fire_at else None
+        fire = render.fire_text(when, result.timezone) if when else "-"
+        render.say(f"resumed {result.name}{cleared}; next fire {fire}")
+        if result.still_paused_by:
+            render.warn(f"{result.name} stays paused: its file {result.still_paused_by} says paused: true")

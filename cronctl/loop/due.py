@@ -1,0 +1,87 @@
+"""When the loop next has something to claim, from the store as last read.
+
+`DueIndex` keeps the engine's read of the store and re-reads it only when the file
+changed (one stat otherwise), so an idle tick parses nothing; our own writes
+invalidate it. The instants come from pure functions of the document.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from cronctl.jobs.state import JobView
+from cronctl.schedule.slots import fire_at
+from cronctl.store import claims as claims_mod
+from cronctl.store.jsonstore import Store
+from cronctl.timefmt import from_iso
+
+
+class DueIndex:
+    """The store as last read, and the next instants it holds."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._signature: Any = None
+        self._doc: dict[str, Any] | None = None
+        self.next_due: datetime | None = None  # earliest_fire of the document
+        self.next_ahead: datetime | None = None  # earliest slot that may be claimed ahead
+        self.ahead_count = 0  # slots that fire with (or within a second of) next_ahead
+
+    def refresh(self) -> None:
+        doc, signature = self.store.read_if_changed(self._signature)
+        if doc is None:
+            return
+        self._signature = signature
+        self._doc = doc
+        self.next_due, self.next_ahead, self.ahead_count = next_instants(doc)
+
+    def invalidate(self) -> None:
+        """Our own write changed the store: recompute on the next refresh."""
+        self._signature = None
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        """Read-only: every change goes through the lease store, which reads afresh under its lock."""
+        self.refresh()
+        assert self._doc is not None
+        return self._doc
+
+
+def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
+    """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
+    fire within a second of that one (whose children are to be spawned together)."""
+    fires = [when for entry in doc["jobs"].values() if (when := claims_mod.ahead_fire(entry)) is not None]
+    if not fires:
+        return earliest_fire(doc), None, 0
+    ahead = min(fires)
+    together = sum(1 for when in fires if (when - ahead).total_seconds() <= 1.0)
+    return earliest_fire(doc), ahead, together
+
+
+def earliest_fire(doc: dict[str, Any]) -> datetime | None:
+    """The first instant any job may need a claim (a retry or a slot plus its jitter)."""
+    earliest: datetime | None = None
+    for entry in doc["jobs"].values():
+        for when in _candidates(entry):
+            if when is not None and (earliest is None or when < earliest):
+                earliest = when
+    return earliest
+
+
+def _candidates(entry: dict[str, Any]) -> list[datetime | None]:
+    state = entry["state"]
+    if state.get("paused") or entry.get("paused") or state.get("completed"):
+        return []
+    candidates = []
+    retry = state.get("retry")
+    if retry and retry.get("due_at"):
+        candidates.append(from_iso(retry["due_at"]))
+    if state.get("next_run_at") and not (entry.get("repeat") is not None
+                                         and claims_mod.repeat_spent(JobView.from_entry(entry).spec, state)):
+        slot = from_iso(state["next_run_at"])
+        jitter = entry.get("jitter")
+        if slot is not None and jitter and jitter != "0s":
+            slot = fire_at(JobView.from_entry(entry).spec, slot)
+        candidates.append(slot)
+    return candidates
