@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
-from croniter import croniter
+from croniter import croniter  # type: ignore[import-untyped]
 
 from cronctl.interop.crontab_import import import_crontab
 from cronctl.interop.export.formats import export_jobs
@@ -33,8 +33,8 @@ NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BASE = datetime(2026, 1, 5, 10, 17, 30, tzinfo=UTC)
 SPRING = datetime(2026, 2, 20, 6, 0, tzinfo=UTC)
 SCHEMA = Path(__file__).parent / "data" / "k8s-cronjob-schema.json"
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed "
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze") or ""
+needs_systemd = pytest.mark.skipif(not SYSTEMD_ANALYZE, reason="systemd-analyze is not installed "
                                    "(Debian package `systemd`; .ci/run installs it)")
 
 # (cron, zone, start): ranges, steps, lists, names, the OR and AND day rules, macros, zones.
@@ -85,7 +85,7 @@ def cronctl_fires(expr: str, tz: str, start: datetime, count: int) -> list[datet
 
 
 def file_text(result, name: str) -> str:  # type: ignore[no-untyped-def]
-    return next(f.text for f in result.files if f.name == name)
+    return str(next(f.text for f in result.files if f.name == name))
 
 
 def timer_lines(job: JobSpec) -> list[str]:
@@ -173,7 +173,7 @@ def evaluator_fires(lines: list[str], start: datetime, count: int) -> list[datet
 
 
 def systemd_fires(lines: list[str], start: datetime, count: int) -> list[datetime]:
-    assert SYSTEMD_ANALYZE is not None
+    assert SYSTEMD_ANALYZE
     done = subprocess.run([SYSTEMD_ANALYZE, "calendar", f"--iterations={count}",
                            f"--base-time=@{int(start.timestamp())}", *lines],
                           capture_output=True, text=True, env={"TZ": "UTC", "PATH": "/usr/bin:/bin"}, timeout=30,
@@ -597,3 +597,65 @@ def test_cli_export_from_a_jobs_file_does_not_need_the_store(cli, tmp_path: Path
     result = cli("export", "--format", "crontab", "-f", str(jobs))
     assert result.code == 0 and "0 0 * * * " in result.out
     assert not (home / "jobs.json").exists()
+
+
+# --- systemd-service: a unit for the loop itself ---------------------------------------------------
+
+
+def loop_unit(tmp_path: Path, specs: list[JobSpec], jobs_file: Path | None = None) -> str:
+    import sys
+
+    from cronctl.interop.export.service import LoopSetup
+
+    setup = LoopSetup((sys.executable, "-m", "cronctl"), tmp_path / "my home", jobs_file)
+    result = export_jobs(specs, "systemd-service", NOW, setup)
+    assert [item.name for item in result.files] == ["cronctl.service"] and result.notes == {}
+    return result.files[0].text
+
+
+def unit_settings(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_the_loop_unit_is_a_notify_service_restarted_always(tmp_path: Path) -> None:
+    import sys
+
+    jobs = tmp_path / "jobs.yaml"
+    settings = unit_settings(loop_unit(tmp_path, [JobSpec(name="a", command="true", cron="* * * * *")], jobs))
+    assert settings["Type"] == "notify" and settings["Restart"] == "always"
+    assert settings["KillMode"] == "mixed" and settings["WatchdogSec"] == "60s"
+    assert settings["NotifyAccess"] == "main"
+    # The home in use (a space in it is quoted) and the watched file go to `run`.
+    assert settings["ExecStart"] == f'{sys.executable} -m cronctl --home "{tmp_path / "my home"}" run -f {jobs}'
+
+
+def test_the_stop_timeout_covers_the_largest_kill_grace_and_the_drain(tmp_path: Path) -> None:
+    from cronctl.interop.export.service import DRAIN_BOUND, SHUTDOWN_BOUND
+    from cronctl.loop.engine import EngineOptions
+
+    specs = [JobSpec(name="short", command="true", cron="* * * * *", kill_grace=5.0),
+             JobSpec(name="long", command="true", cron="* * * * *", kill_grace=300.0)]
+    stop = unit_settings(loop_unit(tmp_path, specs))["TimeoutStopSec"]
+    assert stop.endswith("s") and float(stop[:-1]) > 300.0 + DRAIN_BOUND + SHUTDOWN_BOUND
+    # The bounds named in the unit are the loop's own: its drain, and the 10 s of Engine.shutdown.
+    assert DRAIN_BOUND >= EngineOptions().drain_timeout
+    assert float(unit_settings(loop_unit(tmp_path, []))["TimeoutStopSec"][:-1]) > DRAIN_BOUND + SHUTDOWN_BOUND
+
+
+@needs_systemd
+def test_systemd_analyze_verify_accepts_the_loop_unit(tmp_path: Path) -> None:
+    specs = [JobSpec(name="a", command="true", cron="* * * * *", kill_grace=45.0)]
+    (tmp_path / "cronctl.service").write_text(loop_unit(tmp_path, specs, tmp_path / "jobs.yaml"), encoding="utf-8")
+    done = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", "cronctl.service"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if "cronctl" in line] == []
+
+
+def test_export_systemd_service_from_the_cli_names_the_home_in_use(cli, home: Path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("add", "tick", "--cron", "* * * * *", "--kill-grace", "90s", "--", "true").code == 0
+    result = cli("export", "--format", "systemd-service")
+    assert result.code == 0, result.err
+    settings = unit_settings(result.out)
+    assert f"--home {home}" in settings["ExecStart"] and settings["ExecStart"].endswith(" run")
+    assert float(settings["TimeoutStopSec"][:-1]) > 90

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cronctl.clock import FakeClock
+from cronctl.context import Context
+from cronctl.jobs.state import entry_from, new_state
+from cronctl.loop.heal import Liveness, heal_pass
+from cronctl.models import JobSpec, RunStatus
+from cronctl.ops.metrics import metrics_for, write_textfile
+from cronctl.paths import open_home
 from cronctl.store import claims as claims_mod
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
-from cronctl.clock import FakeClock
-from cronctl.context import Context
-from cronctl.loop.heal import Liveness, heal_pass
-from cronctl.jobs.state import entry_from, new_state
-from cronctl.ops.metrics import metrics_for, write_textfile
-from cronctl.models import JobSpec, RunStatus
-from cronctl.paths import open_home
 from cronctl.store.jsonstore import Store
 from cronctl.timefmt import to_iso
 
@@ -123,3 +123,23 @@ def test_the_loop_keeps_a_metrics_textfile(tmp_path: Path) -> None:
     finally:
         loop.terminate()
         loop.wait(timeout=30)
+
+
+def test_the_metrics_file_is_rewritten_on_a_change_or_every_refresh_on_the_clock(tmp_path: Path) -> None:
+    from cronctl.clock import FakeClock
+    from cronctl.context import Context
+    from cronctl.ops.metrics import MetricsFile
+
+    clock = FakeClock()
+    ctx = Context.open(tmp_path / "home", clock=clock)
+    target = tmp_path / "cronctl.prom"
+    textfile = MetricsFile(target)
+    textfile.maybe_write(ctx)
+    assert target.exists()
+    target.unlink()
+    clock.advance(MetricsFile.REFRESH - 1)
+    textfile.maybe_write(ctx)  # nothing changed, not yet due
+    assert not target.exists()
+    clock.advance(1)
+    textfile.maybe_write(ctx)  # due for the heartbeat gauge
+    assert target.exists()

@@ -87,7 +87,8 @@ def _print_dry_run(done: CrontabImport, apply: bool, json_out: bool) -> None:
 
 @app.command("export")
 def export_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="crontab | systemd | kubernetes")],
+    fmt: Annotated[str, typer.Option("--format", help="crontab | systemd | kubernetes | systemd-service "
+                                     "(a unit for the loop itself)")],
     names: Annotated[Optional[List[str]], typer.Argument(help="Jobs to export (default: all).")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Directory to write the files to "
                                                    "(default: standard output).")] = None,
@@ -110,7 +111,8 @@ def export_cmd(
     source = migrate.export_source(file, open_context, cli_clock())
     for job in source.completed:
         render.warn(f"{job}: completed in cronctl; exported paused")
-    result, count = migrate.export(source, fmt, names or [])
+    loop = _loop_setup(file) if fmt == "systemd-service" else None
+    result, count = migrate.export(source, fmt, names or [], loop)
     if json_out and output is None:
         render.print_json(result.to_dict())
     else:
@@ -130,6 +132,17 @@ def _write_or_print(result: ExportResult, fmt: str, output: Path | None) -> None
     elif result.files:
         separator = "---\n" if fmt == "kubernetes" else "\n"
         render.say(separator.join(item.text for item in result.files).rstrip("\n"))
+
+
+def _loop_setup(file: Path | None) -> Any:
+    """For --format systemd-service: this very cronctl, the home in use, the jobs file given."""
+    import sys
+
+    from cronctl.interop.export.service import LoopSetup
+
+    script = Path(sys.argv[0]).absolute()
+    command = (str(script),) if script.name == "cronctl" and script.exists() else (sys.executable, "-m", "cronctl")
+    return LoopSetup(command, open_context().paths.home, file.absolute() if file else None)
 
 
 def _warn_untranslated(result: ExportResult, count: int) -> None:

@@ -83,12 +83,17 @@ def run(
                                                          "(node_exporter) up to date.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no line per run (the audit log "
                                         "still has every decision).")] = False,
+    http: Annotated[Optional[str], typer.Option("--http", metavar="ADDR:PORT", help="Serve /metrics, /healthz "
+                                                "and /livez here (loopback unless --http-allow-remote).")] = None,
+    http_allow_remote: Annotated[bool, typer.Option("--http-allow-remote", help="Let --http listen on a "
+                                                    "non-loopback address.")] = False,
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
     # Imported here: only this command needs it (start-up time).
+    from cronctl.loop.endpoint import parse_listen
     from cronctl.loop.scheduler import LoopOptions
     from cronctl.ops.runs import run_loop
 
@@ -96,7 +101,8 @@ def run(
                           max_parallel=max_parallel,
                           takeover_after=parse_duration(takeover_after, field="--takeover-after"),
                           lease=parse_duration(lease, field="--lease"),
-                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet)
+                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet,
+                          http=parse_listen(http, http_allow_remote) if http else None)
     ctx = open_context()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)

@@ -12,10 +12,14 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from cronctl.errors import CronctlError
 from cronctl.paths import Paths
 from cronctl.store.statefiles import read_json, write_json_atomic
+
+if TYPE_CHECKING:  # the loop's side only; `cronctl force-run` must not import the engine
+    from cronctl.loop.engine import Engine
 
 REQUEST_SUFFIX = ".req.json"
 REPLY_SUFFIX = ".reply.json"
@@ -67,3 +71,31 @@ def pending_requests(paths: Paths) -> list[tuple[Path, dict[str, Any]]]:
 def reply(paths: Paths, request: dict[str, Any], request_path: Path, answer: dict[str, Any]) -> None:
     write_json_atomic(paths.control_dir / f"{request['id']}{REPLY_SUFFIX}", answer)
     request_path.unlink(missing_ok=True)
+
+
+# --- the loop's side --------------------------------------------------------------------
+
+
+def serve(paths: Paths, engine: Engine) -> None:
+    """Answer every pending request (on the tick thread, under the tick lock)."""
+    for path, request in pending_requests(paths):
+        try:
+            answer = _answer(engine, request)
+        except CronctlError as exc:
+            answer = {"ok": False, "error": str(exc)}
+        reply(paths, request, path, answer)
+
+
+def _answer(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
+    job = str(request.get("job"))
+    if request.get("action") == "force_run":
+        batch = engine.force(job)
+        if not batch.claims:
+            return {"ok": False, "skipped": True, "error": f"job '{job}' is running and its overlap is skip"}
+        return {"ok": True, "run_id": batch.claims[0].run_id, "pid": os.getpid()}
+    if request.get("action") == "kill":
+        mine = [r for r, a in engine.active.items() if a.job == job]
+        for run_id in mine:
+            engine.supervisor.kill(run_id, "operator")
+        return {"ok": True, "run_ids": mine}
+    return {"ok": False, "error": f"unknown request {request.get('action')!r}"}

@@ -1,16 +1,27 @@
-"""What the loop is doing, as another process sees it: ok, stopped, dead or wedged."""
+"""The loop's heartbeat file: written by the loop every tick, read by everyone else.
+
+The read side (`loop_status`, `heartbeat_age`) says what the loop is doing as another
+process sees it: ok, stopped, dead or wedged.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronctl.paths import Paths
 from cronctl.store.locks import lock_holder
-from cronctl.store.statefiles import read_json
-from cronctl.timefmt import from_iso
+from cronctl.store.statefiles import read_json, write_json_atomic
+from cronctl.timefmt import from_iso, to_iso
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from cronctl.clock import Clock
+    from cronctl.proc.identity import ProcIdentity
 
 # A loop ticks at least once a second; this much silence means it is hung (or stopped by SIGSTOP).
 HEARTBEAT_STALE_AFTER = 10.0
@@ -37,6 +48,27 @@ class LoopStatus:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class HeartbeatWriter:
+    """What stays the same in every beat of one loop process; `write` adds what changes."""
+
+    paths: Paths
+    clock: Clock
+    identity: ProcIdentity | None
+    boot: str | None
+    started_at: datetime
+    file: Path | None
+
+    def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> None:
+        write_json_atomic(self.paths.heartbeat, {
+            "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
+            "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
+            "last_tick_at": to_iso(self.clock.now()), "last_tick_mono": self.clock.monotonic(),
+            "stopped_cleanly": stopped_cleanly, "ticks": ticks, "active_runs": active_runs,
+            "file": str(self.file) if self.file else None,
+        })
+
+
 def heartbeat_age(hb: dict[str, Any], now: datetime, boot: str) -> float | None:
     """Seconds since the last tick: monotonic within one boot (immune to clock steps), else wall."""
     if hb.get("boot_id") == boot and hb.get("last_tick_mono") is not None:
@@ -59,7 +91,7 @@ def loop_status(paths: Paths, now: datetime) -> LoopStatus:
     boot = boot_id()
     age = heartbeat_age(hb, now, boot)
     started = from_iso(hb.get("started_at"))
-    common = dict(pid=hb.get("pid"), generation=hb.get("generation"),
+    common: dict[str, Any] = dict(pid=hb.get("pid"), generation=hb.get("generation"),
                   heartbeat_age=None if age is None else round(age, 3), started_at=hb.get("started_at"),
                   last_tick_at=hb.get("last_tick_at"), standby_pid=standby, active_runs=hb.get("active_runs"),
                   uptime=None if started is None else round((now - started).total_seconds(), 1))

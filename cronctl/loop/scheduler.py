@@ -1,30 +1,42 @@
-"""The foreground loop: leadership, generations, watchdog, heartbeat, ticks.
+"""The foreground loop: life, generations, watchdog, ticks.
 
 Threads: the main thread handles signals and runs the watchdog; one tick
 thread per generation claims and records; the runner's one supervisor thread
-watches every child. A generation is a tick thread with its own stop event,
-so a stop aimed at generation N can never end N+1.
+watches every child; with --http, one endpoint thread answers probes. A
+generation is a tick thread with its own stop event, so a stop aimed at
+generation N can never end N+1.
+
+Waiting for leadership lives in leadership.py, the heartbeat file in
+heartbeat.py, control requests in control.py, the service manager's protocol
+in notify.py and the HTTP endpoint in endpoint.py. Every time reading goes
+through the context's clock.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import threading
-import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.errors import CronctlError, SchedulerRunningError
 from cronctl.loop import control
+from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions
 from cronctl.loop.heal import HealReport, Liveness, bump, heal_pass
 from cronctl.loop.heal import _suspects as heal_suspects
+from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
+from cronctl.loop.leadership import Leadership, Takeover, record_takeover
+from cronctl.loop.notify import Notifier, ServiceBeat
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.proc.kill import kill_run_processes
@@ -32,11 +44,10 @@ from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import Owner
 from cronctl.store.locks import SchedulerLock, lock_holder
-from cronctl.store.statefiles import read_json, write_json_atomic
+from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
 
 WATCHDOG_PERIOD = 0.5
-STANDBY_POLL = 0.1
 
 
 @dataclass
@@ -51,6 +62,8 @@ class LoopOptions:
     heal_every: float = 1.0
     quiet: bool = False
     metrics_file: Path | None = None
+    http: tuple[str, int] | None = None  # --http, already checked (loopback unless allowed)
+    live_after: float = HEARTBEAT_STALE_AFTER  # /livez fails when the last tick is older than this
 
 
 @dataclass
@@ -67,37 +80,32 @@ class LoopHooks:
 
     `apply_file(ctx, path)` applies the watched jobs file (raising CronctlError for a
     bad one); `after_tick(ctx)` runs on the tick thread after every tick (the metrics
-    textfile). Both are passed in by ops.runs.run_loop.
+    textfile); `http_routes()` gives the --http endpoint's pages that need the use
+    cases (/metrics, /healthz). All are passed in by ops.runs.run_loop.
     """
 
     apply_file: Callable[[Context, str], FileApplied] | None = None
     after_tick: Callable[[Context], None] | None = None
+    http_routes: Callable[[], dict[str, Route]] | None = None
 
 
 @dataclass
 class Generation:
     id: str
+    clock: Clock
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
-    last_beat: float = field(default_factory=time.monotonic)
+    last_beat: float = 0.0
     stall_reported: bool = False
 
-
-def _sigkill_verified(ident: procs.ProcIdentity) -> None:
-    """SIGKILL works on a stopped (SIGSTOP) process too; psutil re-checks the start time before signalling."""
-    import psutil
-
-    try:
-        proc = psutil.Process(ident.pid)
-        if abs(proc.create_time() - ident.start_time) <= procs.START_TIME_TOLERANCE:
-            proc.kill()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
+    def __post_init__(self) -> None:
+        self.last_beat = self.clock.monotonic()
 
 
 class Scheduler:
     def __init__(self, ctx: Context, options: LoopOptions, *, hooks: LoopHooks | None = None,
-                 supervisor_factory: Callable[..., Supervisor] = Supervisor) -> None:
+                 supervisor_factory: Callable[..., Supervisor] = Supervisor,
+                 notifier: Notifier | None = None) -> None:
         self.ctx = ctx
         self.options = options
         self.lock = SchedulerLock(ctx.paths.scheduler_lock)
@@ -114,34 +122,66 @@ class Scheduler:
         self._supervisor_factory = supervisor_factory
         self.supervisor: Supervisor | None = None
         self.engine: Engine | None = None
-        self.takeover_reason: str | None = None
+        self.takeover: Takeover | None = None
         self._heal_source: dict[str, Any] | None = None
         self._heal_doc: dict[str, Any] = {}
         self.hooks = hooks or LoopHooks()
+        self.service = ServiceBeat(notifier or Notifier.from_env(os.environ), ctx.clock)
+        self.endpoint: Endpoint | None = None
+        self.role = "starting"
+        self.heartbeat = HeartbeatWriter(ctx.paths, ctx.clock, self.identity, self.boot, self.started_at,
+                                         options.file)
 
     # --- life ----------------------------------------------------------------------
 
     def run(self) -> int:
         self._install_signals()
+        try:
+            return self._run()
+        finally:
+            if self.endpoint is not None:
+                self.endpoint.stop()
+
+    def _run(self) -> int:
         previous = read_json(self.ctx.paths.heartbeat)
-        if not self.lock.try_acquire():
-            if not self.options.standby:
-                holder = lock_holder(self.ctx.paths)
-                raise SchedulerRunningError(
-                    f"another 'cronctl run' (pid {holder if holder else 'unknown'}) already runs on "
-                    f"{self.ctx.paths.home}; stop it first, or start this one with --standby to take over when it dies"
-                )
-            try:
-                if not self._wait_for_leadership():
-                    return 0
-            finally:
-                # A leader (or a stopped standby) is nobody's standby any more.
-                self._clear_standby_beat()
+        leading = self._lock_or_standby()
+        try:
+            self._start_endpoint()  # after the lock: a second loop is told about the first, not the port
+        except BaseException:
+            if leading:
+                self.lock.release()
+            raise
+        if not leading:
+            if not self._stand_by():
+                return 0
             previous = read_json(self.ctx.paths.heartbeat)
         try:
             return self._lead(previous)
         finally:
             self.lock.release()
+
+    def _lock_or_standby(self) -> bool:
+        """True when this process holds the lock; False for a --standby that must wait."""
+        if self.lock.try_acquire():
+            return True
+        if not self.options.standby:
+            holder = lock_holder(self.ctx.paths)
+            raise SchedulerRunningError(
+                f"another 'cronctl run' (pid {holder if holder else 'unknown'}) already runs on "
+                f"{self.ctx.paths.home}; stop it first, or start this one with --standby to take over when it dies"
+            )
+        return False
+
+    def _stand_by(self) -> bool:
+        """Wait for leadership; False when asked to stop first."""
+        self.role = "standby"
+        self.service.standby()
+        self.takeover = Leadership(self.ctx, self.lock, self.options.takeover_after, self.stop_event,
+                                   self.identity, self.boot, self._say).wait()
+        if self.takeover is None:
+            self.service.stopping()
+            return False
+        return True
 
     def _lead(self, previous: dict[str, Any] | None) -> int:
         if self.options.file is not None:
@@ -158,11 +198,16 @@ class Scheduler:
                               file=str(self.options.file) if self.options.file else None,
                               previous_pid=(previous or {}).get("pid"),
                               previous_stopped_cleanly=(previous or {}).get("stopped_cleanly"))
-        if self.takeover_reason:
-            self._record_takeover(previous)
+        if self.takeover is not None:
+            record_takeover(self.ctx, self.takeover, previous)
         self._write_heartbeat(stopped_cleanly=False)  # alive before a possibly long first heal
         self._heal()
         self._start_generation(gen_id)
+        self.role = "leader"
+        if self.takeover is not None:
+            self.service.took_over(self.service_status())
+        else:
+            self.service.ready(self.service_status())
         self._say(f"cronctl: loop running (pid {os.getpid()}, home {self.ctx.paths.home}); Ctrl-C to stop")
         try:
             self._watch()
@@ -171,15 +216,20 @@ class Scheduler:
         return 0
 
     def _watch(self) -> None:
+        period = min(WATCHDOG_PERIOD, self.service.watch_period or WATCHDOG_PERIOD)
         while not self.stop_event.is_set():
-            self.stop_event.wait(WATCHDOG_PERIOD)
+            self.stop_event.wait(period)
             if self.stop_event.is_set():
                 break
             self._watchdog()
+            if self.generation is not None:
+                self.service.watch(self.generation.last_beat, self.service_status)
             if self.options.file is not None:
                 self._apply_file(initial=False)
 
     def _stop(self) -> None:
+        self.role = "stopping"
+        self.service.stopping()
         gen = self.generation
         if gen is not None:
             gen.stop.set()
@@ -222,7 +272,7 @@ class Scheduler:
             self.wake.set()
             if old.thread is not None and old.thread is not threading.current_thread():
                 old.thread.join(timeout=5)
-        gen = Generation(gen_id)
+        gen = Generation(gen_id, self.ctx.clock)
         gen.thread = threading.Thread(target=self._tick_loop, args=(gen,), name=f"cronctl-tick-{gen_id}",
                                       daemon=True)
         self.generation = gen
@@ -233,13 +283,14 @@ class Scheduler:
         gen = self.generation
         if gen is None or gen.thread is None:
             return
+        silent = self.ctx.clock.monotonic() - gen.last_beat
         if not gen.thread.is_alive() and not gen.stop.is_set():
             self._restart_generation(gen, "tick thread died")
-        elif time.monotonic() - gen.last_beat > self.options.stall_after and not gen.stall_reported:
+        elif silent > self.options.stall_after and not gen.stall_reported:
             # Alive but silent: report it, never start a second ticking thread beside it.
             gen.stall_reported = True
             self.ctx.audit.append("scheduler.tick_stalled", generation=gen.id, pid=os.getpid(),
-                                  silent_s=round(time.monotonic() - gen.last_beat, 1))
+                                  silent_s=round(silent, 1))
             print(f"cronctl: warning: tick thread of generation {gen.id} is alive but has not ticked "
                   f"for {self.options.stall_after:.0f}s", file=sys.stderr)
 
@@ -265,7 +316,7 @@ class Scheduler:
                     hint = self._tick()
                 except Exception as exc:  # a tick error must never end the loop
                     self._report_tick_error(exc)
-            gen.last_beat = time.monotonic()
+            gen.last_beat = self.ctx.clock.monotonic()
             gen.stall_reported = False
             try:
                 self._write_heartbeat(stopped_cleanly=False)
@@ -282,9 +333,9 @@ class Scheduler:
     def _tick(self) -> float:
         assert self.engine is not None
         self.ticks += 1
-        if time.monotonic() - self._last_heal >= self.options.heal_every:
+        if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
             self._heal()
-        self._serve_control()
+        control.serve(self.ctx.paths, self.engine)
         report = self.engine.tick()
         return report.sleep_hint
 
@@ -303,15 +354,17 @@ class Scheduler:
         if self.engine is not None:
             self.engine.on_result(result)
 
-    # --- healing and control ----------------------------------------------------------------
+    # --- healing ---------------------------------------------------------------------------
 
     def _heal(self) -> HealReport:
         assert self.engine is not None
-        self._last_heal = time.monotonic()
-        live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
-        report = heal_pass(self.ctx, self.ctx.clock.now(), live, kill_run_processes,
+        clock = self.ctx.clock
+        self._last_heal = clock.monotonic()
+        live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
+                        monotonic=clock.monotonic)
+        report = heal_pass(self.ctx, clock.now(), live, kill_run_processes,
                            supervised=self.engine.active.keys(), doc=self._heal_view())
-        for job, run_id in report.deadline_terminated:
+        for _job, run_id in report.deadline_terminated:
             self.engine.active.pop(run_id, None)
         if report.anything:
             self.wake.set()
@@ -330,100 +383,49 @@ class Scheduler:
             self._heal_doc = {**doc, "jobs": dict(heal_suspects(doc))}
         return self._heal_doc
 
-    def _serve_control(self) -> None:
-        assert self.engine is not None
-        for path, request in control.pending_requests(self.ctx.paths):
-            try:
-                answer = self._answer(request)
-            except CronctlError as exc:
-                answer = {"ok": False, "error": str(exc)}
-            control.reply(self.ctx.paths, request, path, answer)
-
-    def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.engine is not None and self.supervisor is not None
-        job = str(request.get("job"))
-        if request.get("action") == "force_run":
-            batch = self.engine.force(job)
-            if not batch.claims:
-                return {"ok": False, "skipped": True, "error": f"job '{job}' is running and its overlap is skip"}
-            return {"ok": True, "run_id": batch.claims[0].run_id, "pid": os.getpid()}
-        if request.get("action") == "kill":
-            mine = [r for r, a in self.engine.active.items() if a.job == job]
-            for run_id in mine:
-                self.supervisor.kill(run_id, "operator")
-            return {"ok": True, "run_ids": mine}
-        return {"ok": False, "error": f"unknown request {request.get('action')!r}"}
-
-    # --- leadership ----------------------------------------------------------------------------
-
-    def _wait_for_leadership(self) -> bool:
-        holder = lock_holder(self.ctx.paths)
-        self.ctx.audit.append(AuditEvent.SCHEDULER_STANDBY, pid=os.getpid(), leader_pid=holder)
-        self._say(f"cronctl: standby (pid {os.getpid()}): waiting for the leader (pid {holder}) to go away")
-        waited = time.monotonic()
-        while not self.stop_event.is_set():
-            self._write_standby_beat(holder, waited)
-            if self.lock.try_acquire():
-                hb = read_json(self.ctx.paths.heartbeat) or {}
-                if self.takeover_reason is None:  # not set by killing a wedged leader
-                    self.takeover_reason = "leader_stopped" if hb.get("stopped_cleanly") else "leader_dead"
-                self._takeover_wait = time.monotonic() - waited
-                return True
-            if self._leader_wedged():
-                self._kill_wedged_leader()
-            self.stop_event.wait(STANDBY_POLL)
-        return False
-
-    def _write_standby_beat(self, leader: int | None, since: float) -> None:
-        write_json_atomic(self.ctx.paths.home / "standby.json", {
-            "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
-            "boot_id": self.boot, "leader_pid": leader, "last_check_at": to_iso(self.ctx.clock.now()),
-            "last_check_mono": time.monotonic(), "waiting_s": round(time.monotonic() - since, 1),
-        })
-
-    def _clear_standby_beat(self) -> None:
-        path = self.ctx.paths.home / "standby.json"
-        beat = read_json(path)
-        if beat is not None and beat.get("pid") == os.getpid():
-            path.unlink(missing_ok=True)
-
-    def _leader_wedged(self) -> bool:
-        hb = read_json(self.ctx.paths.heartbeat)
-        if not hb or hb.get("boot_id") != self.boot or hb.get("stopped_cleanly"):
-            return False
-        silent = time.monotonic() - float(hb.get("last_tick_mono") or 0.0)
-        return silent > self.options.takeover_after
-
-    def _kill_wedged_leader(self) -> None:
-        hb = read_json(self.ctx.paths.heartbeat) or {}
-        ident = procs.ProcIdentity(int(hb.get("pid") or 0), float(hb.get("start_time") or 0.0))
-        # Only the verified leader: same pid AND start time, and it really holds the lock.
-        if not ident.pid or lock_holder(self.ctx.paths) != ident.pid or not procs.is_alive(ident):
-            return
-        _sigkill_verified(ident)
-        self.takeover_reason = "leader_wedged"
-        self.ctx.audit.append("scheduler.leader_killed", pid=os.getpid(), leader_pid=ident.pid,
-                              reason="leader_wedged", takeover_after_s=self.options.takeover_after)
-
-    def _record_takeover(self, previous: dict[str, Any] | None) -> None:
-        with self.ctx.store.transaction() as doc:
-            bump(doc, "takeover")
-        self.ctx.audit.append(AuditEvent.SCHEDULER_TAKEOVER, pid=os.getpid(), reason=self.takeover_reason,
-                              previous_pid=(previous or {}).get("pid"),
-                              waited_s=round(getattr(self, "_takeover_wait", 0.0), 3))
-
-    # --- heartbeat and file ----------------------------------------------------------------------
+    # --- what the loop tells: heartbeat, service manager, HTTP ----------------------------------
 
     def _write_heartbeat(self, stopped_cleanly: bool) -> None:
         gen = self.generation
-        write_json_atomic(self.ctx.paths.heartbeat, {
-            "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
-            "boot_id": self.boot, "generation": gen.id if gen else None, "started_at": to_iso(self.started_at),
-            "last_tick_at": to_iso(self.ctx.clock.now()), "last_tick_mono": time.monotonic(),
-            "stopped_cleanly": stopped_cleanly, "ticks": self.ticks,
-            "active_runs": len(self.engine.active) if self.engine else 0,
-            "file": str(self.options.file) if self.options.file else None,
-        })
+        self.heartbeat.write(generation=gen.id if gen else None, ticks=self.ticks,
+                             active_runs=len(self.engine.active) if self.engine else 0,
+                             stopped_cleanly=stopped_cleanly)
+
+    def service_status(self) -> str:
+        """The one STATUS= line: jobs, running, and when the last tick completed."""
+        jobs = len(self.engine.doc.get("jobs") or {}) if self.engine else 0
+        running = len(self.engine.active) if self.engine else 0
+        clock, gen = self.ctx.clock, self.generation
+        ago = clock.monotonic() - gen.last_beat if gen is not None else 0.0
+        last_tick = to_iso(clock.now() - timedelta(seconds=max(0.0, ago)))
+        return f"leading: {jobs} jobs, {running} running, last tick {last_tick}"
+
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        """/livez: alive while the tick thread progresses (a standby, or a loop starting up, is alive)."""
+        gen = self.generation
+        if self.role != "leader" or gen is None:
+            return True, {"live": True, "role": self.role}
+        age = self.ctx.clock.monotonic() - gen.last_beat
+        live = age <= self.options.live_after and gen.thread is not None and gen.thread.is_alive()
+        return live, {"live": live, "role": self.role, "generation": gen.id, "ticks": self.ticks,
+                      "last_tick_age_s": round(age, 3)}
+
+    def _livez(self) -> Reply:
+        live, body = self.liveness()
+        return Reply(200 if live else 503, (json.dumps(body) + "\n").encode())
+
+    def _start_endpoint(self) -> None:
+        if self.options.http is None:
+            return
+        routes: dict[str, Route] = {"/livez": self._livez}
+        if self.hooks.http_routes is not None:
+            routes.update(self.hooks.http_routes())
+        self.endpoint = Endpoint(*self.options.http, routes)
+        self.endpoint.start()
+        host, port = self.endpoint.address
+        self._say(f"cronctl: serving {', '.join(sorted(routes))} on http://{host}:{port}")
+
+    # --- the watched file ---------------------------------------------------------------------
 
     def _apply_file(self, initial: bool) -> None:
         assert self.options.file is not None

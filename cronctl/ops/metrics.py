@@ -8,7 +8,6 @@ loop's `--metrics-file` agree, and counters survive restarts as counters should.
 from __future__ import annotations
 
 import os
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
@@ -152,7 +151,7 @@ class MetricsFile:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._signature: tuple[int, int, int] | None = None
-        self._written = 0.0
+        self._written = float("-inf")  # the first tick writes, whatever the clock reads
 
     def maybe_write(self, ctx: Any) -> None:
         if self.path is None:
@@ -162,7 +161,8 @@ class MetricsFile:
             signature = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             signature = None
-        if signature == self._signature and time.monotonic() - self._written < self.REFRESH:
+        now = ctx.clock.monotonic()
+        if signature == self._signature and now - self._written < self.REFRESH:
             return
         write_textfile(self.path, metrics_for(ctx))
-        self._signature, self._written = signature, time.monotonic()
+        self._signature, self._written = signature, now

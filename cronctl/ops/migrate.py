@@ -23,6 +23,7 @@ from cronctl.interop import crontab_import, crontab_yaml
 from cronctl.interop.crontab_import import ImportResult
 from cronctl.interop.export.base import ExportResult
 from cronctl.interop.export.formats import export_jobs
+from cronctl.interop.export.service import LoopSetup
 from cronctl.jobs.jobfile import load_jobs_file
 from cronctl.jobs.state import JobView
 from cronctl.models import JobSpec
@@ -117,10 +118,12 @@ def export_source(file: Path | None, open_context: Callable[[], Context], clock:
     return ExportSource([_store_spec(view) for view in views], completed, ctx.clock.now())
 
 
-def export(source: ExportSource, fmt: str, names: list[str]) -> tuple[ExportResult, int]:
-    """The jobs of `source` (names: only these) in format `fmt`, and how many jobs that was."""
+def export(source: ExportSource, fmt: str, names: list[str],
+           loop: LoopSetup | None = None) -> tuple[ExportResult, int]:
+    """The jobs of `source` (names: only these) in format `fmt` (`loop`: what systemd-service runs),
+    and how many jobs that was."""
     specs = _only(source.specs, names)
-    return export_jobs(specs, fmt, source.now), len(specs)
+    return export_jobs(specs, fmt, source.now, loop), len(specs)
 
 
 def _store_spec(view: JobView) -> JobSpec:

@@ -194,7 +194,10 @@ def run_loop(ctx: Context, options: LoopOptions) -> int:
             f"{len(plan.unchanged)} unchanged"))
 
     metrics = MetricsFile(options.metrics_file)
-    hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write)
+    from cronctl.ops.probes import probe_routes
+
+    hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
+                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock))
     return Scheduler(ctx, options, hooks=hooks).run()
 
 

@@ -58,7 +58,8 @@ def _schedule(spec: JobSpec, now: datetime) -> tuple[str | None, str, list[str]]
         expr = parse_cron(spec.cron)
         text = cron_text(expr, star_prefix_is_star=True)
         if text is None:
-            return None, spec.timezone, [f"cron {spec.cron!r}: no crontab spelling keeps its day rule; line commented out"]
+            return None, spec.timezone, [f"cron {spec.cron!r}: no crontab spelling keeps its day rule; "
+                                         "line commented out"]
         # cron_text keeps the first character of minute and hour, so Debian's cron reads the line with
         # the same DST rule; only its repeated catch-up of a gap differs.
         return text, spec.timezone, _zone_notes(spec) + debian_gap_notes(expr, spec.timezone, now)

@@ -46,12 +46,14 @@ def export_kube(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
         if schedule is None:
             result.omitted.append(spec.name)
             continue
-        header = comment_block([f"CronJob for cronctl job {spec.name}, written by `cronctl export --format kubernetes`.",
+        header = comment_block([f"CronJob for cronctl job {spec.name}, written by "
+                                "`cronctl export --format kubernetes`.",
                                 (f"image: {PLACEHOLDER_IMAGE} is a placeholder: replace it with an image that "
                                  "has the job's programs (cwd, env and command are read inside it).")])
         if notes:
             header += comment_block(["Not translated:"] + [f"  - {note}" for note in notes])
-        body = yaml.safe_dump(manifest(spec, schedule, now), sort_keys=False, default_flow_style=False, allow_unicode=True)
+        body = yaml.safe_dump(manifest(spec, schedule, now), sort_keys=False, default_flow_style=False,
+                              allow_unicode=True)
         result.files.append(ExportFile(f"{dns_name(spec.name)}.yaml", "\n".join(header) + "\n" + body))
     return result
 

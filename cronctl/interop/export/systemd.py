@@ -202,8 +202,9 @@ def _field_notes(spec: JobSpec) -> list[str]:
         notes.append("catchup latest: interval timers do not catch up after downtime; the first run comes "
                      "one interval after boot")
     if spec.starting_deadline is not None:
+        persistent = "; Persistent=true fires a missed slot however late" if spec.catchup is Catchup.LATEST else ""
         notes.append(f"starting_deadline {format_duration(spec.starting_deadline)}: systemd has no late-start "
-                     "limit" + ("; Persistent=true fires a missed slot however late" if spec.catchup is Catchup.LATEST else ""))
+                     "limit" + persistent)
     if spec.retries:
         notes.append(f"retries {spec.retries} (retry_delay {format_duration(spec.retry_delay)}): a timer starts "
                      "the service once per slot; systemd does not retry a failed oneshot run")

@@ -1,0 +1,40 @@
+"""The pages of `cronctl run --http` that need the use cases: /metrics and /healthz.
+
+/metrics is the very text of `cronctl metrics`; /healthz is `cronctl status --stale`'s
+judgement (ops.status), not a second copy of it. Both are read-only and run on the
+endpoint's thread with a Context of their own, so they never share the tick thread's
+store caches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cronctl.clock import Clock
+from cronctl.context import Context
+from cronctl.loop.endpoint import Reply, Route
+from cronctl.ops.metrics import metrics_for
+from cronctl.ops.status import StatusReport, status, status_json
+from cronctl.paths import Paths
+
+
+def probe_routes(paths: Paths, clock: Clock) -> dict[str, Route]:
+    # The content type that goes with the text generate_latest() writes.
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    ctx = Context.open(paths.home, clock=clock)
+    return {
+        "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE_LATEST),
+        "/healthz": lambda: healthz(status(ctx)),
+    }
+
+
+def healthz(report: StatusReport) -> Reply:
+    """200 while the loop is ok and nothing is stale, else 503 with the stale jobs and the loop."""
+    healthy = report.loop.state == "ok" and not report.stale
+    body: dict[str, Any] = {"ok": healthy, "loop": report.loop.state, "jobs": len(report.jobs)}
+    if not healthy:
+        body["loop"] = report.loop.to_dict()
+        body["stale"] = status_json(report, only_stale=True)["jobs"]
+    return Reply(200 if healthy else 503, (json.dumps(body) + "\n").encode())
