@@ -119,7 +119,7 @@ def parse_cron(expr: str) -> CronExpr:
         raise ScheduleError(f"cron {expr!r}: expected a string like '0 3 * * *'")
     text = " ".join(expr.split()).lower()
     fields = _expand_macro(expr, text)
-    values = [_parse_field(expr, rule, raw) for rule, raw in zip(_FIELDS, fields)]
+    values = [_parse_field(expr, rule, raw) for rule, raw in zip(_FIELDS, fields, strict=True)]
     minutes, hours, days, months, weekdays = values
     # crontab(5): day-of-week 7 is another name for Sunday.
     weekdays = {day % 7 for day in weekdays}
