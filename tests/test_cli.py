@@ -215,7 +215,7 @@ def test_add_needs_exactly_one_schedule_and_a_command(cli: Cli) -> None:
     result = cli("add", "x")
     assert (result.code, result.err) == (1, lines(
         "cronctl: error: job 'x': -- COMMAND: missing (a shell string or an argv list)",
-        "cronctl: error: job 'x': --cron: missing schedule: give exactly one of cron, every, at",
+        "cronctl: error: job 'x': --cron: missing schedule: give exactly one of cron, every, at, after",
     ))
     result = cli("add", "x", "--cron", "0 3 * * *", "--every", "1m", "--", "true")
     assert (result.code, result.err) == (

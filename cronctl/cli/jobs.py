@@ -40,6 +40,10 @@ from cronctl.cli.app import (
 )
 from cronctl.errors import UsageError
 
+AfterOpt = Annotated[Optional[List[str]], typer.Option("--after", help="Run after this job (not on a schedule), "
+                                                       "repeatable.")]
+RequiresOpt = Annotated[Optional[str], typer.Option("--requires", help="With --after: success (default) | done.")]
+
 
 @app.command()
 def add(
@@ -50,6 +54,7 @@ def add(
     overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
+    after: AfterOpt = None, requires: RequiresOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
@@ -65,6 +70,7 @@ def add(
         kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
         retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
         on_failure=on_failure, paused=paused, command=_command_from_args(command),
+        after=after, requires=requires,
     )
     ctx = open_context()
     view = ops.add_job(ctx, ops.spec_from_options(name, options))
@@ -80,6 +86,7 @@ def edit(
     overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
+    after: AfterOpt = None, requires: RequiresOpt = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
     json_out: JsonOpt = False,
@@ -97,6 +104,7 @@ def edit(
         kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
         retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
         on_failure=on_failure, paused=paused, command=_command_from_args(command),
+        after=after, requires=requires,
     )
     ctx = open_context()
     view, changed = ops.edit_job(ctx, name, changes, unset or [])
@@ -136,7 +144,8 @@ def _command_from_args(args: list[str] | None) -> str | list[str] | None:
 @app.command()
 def remove(
     name: Annotated[str, typer.Argument(help="Job to delete.")],
-    force: Annotated[bool, typer.Option("--force", help="Kill its running processes first.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Kill its running processes first; remove it "
+                                                                "even if others run after it.")] = False,
 ) -> None:
     """Delete a job (refuses while it runs unless --force).
 
@@ -203,6 +212,7 @@ def apply(
     prune: Annotated[bool, typer.Option("--prune", help="Remove jobs this file defined earlier "
                                         "and no longer does.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, change nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Prune even jobs that others run after.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Create and update the jobs of a file (declarative, idempotent).
@@ -212,7 +222,7 @@ def apply(
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
-    plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run)
+    plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run, force=force)
     if json_out:
         render.print_json(plan.to_dict())
     else:
