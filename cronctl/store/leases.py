@@ -33,8 +33,8 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
+from cronctl.store import chains, history
 from cronctl.store import claims as claims_mod
-from cronctl.store import history
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
 from cronctl.store.jsonstore import Store
@@ -168,6 +168,7 @@ class JsonLeaseStore:
     def claim_due(self, now: datetime, owner: Owner, lease: Lease, capacity: int | None = None) -> ClaimBatch:
         with self.store.transaction() as doc:
             batch = claims_mod.claim_due(doc, now, owner, lease, capacity)
+            chains.claim_ready(doc, now, owner, lease, batch, capacity)
         self._write(batch.events)
         return batch
 
