@@ -12,6 +12,7 @@ from cronctl.schedule.slots import first_slot
 from cronctl.store import chain_doc
 from cronctl.store.chains import claim_ready
 from cronctl.store.claims import ClaimBatch, Lease, NewClaim, Outcome, Owner, claim_due, finish
+from cronctl.timefmt import to_iso
 
 T0 = datetime(2026, 3, 1, 2, 0, tzinfo=timezone.utc)
 OWNER = Owner("gen-1", 4242, 1.0, "boot")
@@ -171,7 +172,7 @@ def test_overlap_skip_skips_the_node_in_the_later_chain_and_never_runs_a_job_twi
         for new in batch.claims:
             if new.job == "a":
                 end(doc, new, now=clock)  # b of the previous chain is still running
-        doc["jobs"]["a"]["state"]["next_run_at"] = chain_doc.to_iso(clock)
+        doc["jobs"]["a"]["state"]["next_run_at"] = to_iso(clock)
         clock += timedelta(seconds=1)
     skipped = [c["nodes"]["b"] for c in doc["chains"].values() if c["nodes"]["b"]["status"] == "skipped"]
     assert skipped and all(node["reason"] == "overlap" for node in skipped)
