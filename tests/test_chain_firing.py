@@ -192,3 +192,38 @@ def test_the_loop_wakes_for_a_ready_node_and_a_due_retry() -> None:
     assert chain_doc.earliest_chain_fire(doc) is None
     end(doc, by_job(tick(doc))["a"], now=T0 + timedelta(seconds=5))
     assert chain_doc.earliest_chain_fire(doc) == T0 + timedelta(seconds=5)
+
+
+# --- health: waiting, wedged ------------------------------------------------------------------
+
+
+def test_a_dependant_waits_while_its_chain_runs_and_is_wedged_past_its_upstreams_deadlines() -> None:
+    from cronctl.jobs.chain_health import chain_health, upstream_deadline
+    from cronctl.jobs.state import JobView
+
+    doc = document(job("a", timeout=60.0), job("b", "a", timeout=30.0, retries=1, retry_delay=5.0), job("d", "b"))
+    end(doc, by_job(tick(doc))["a"])
+    tick(doc)  # b runs
+    views = {name: JobView.from_entry(entry) for name, entry in doc["jobs"].items()}
+    specs = {name: view.spec for name, view in views.items()}
+    chains = doc["chains"]
+    limit = upstream_deadline("d", {"a", "b", "d"}, specs)
+    assert limit == (60 + 10) + (30 + 10) * 2 + 5
+    assert chain_health(chains, views["b"], specs, T0) is None, "b runs: its own health says so"
+    waiting = chain_health(chains, views["d"], specs, T0 + timedelta(seconds=limit))
+    assert waiting is not None and waiting.state == "waiting" and "waiting on b in chain" in waiting.reason
+    wedged = chain_health(chains, views["d"], specs, T0 + timedelta(seconds=limit + 1))
+    assert wedged is not None and wedged.state == "wedged" and wedged.stale
+
+
+def test_chains_are_counted_by_outcome_for_metrics() -> None:
+    from cronctl.ops.chains import chain_counts
+
+    doc = document(job("a"), job("b", "a"))
+    end(doc, by_job(tick(doc))["a"], FAIL)
+    assert chain_counts(doc) == ({"failed": 1}, 0)
+    doc["jobs"]["a"]["state"]["next_run_at"] = to_iso(T0)
+    end(doc, by_job(tick(doc))["a"])
+    assert chain_counts(doc) == ({"failed": 1}, 1)
+    end(doc, by_job(tick(doc))["b"])
+    assert chain_counts(doc) == ({"failed": 1, "success": 1}, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,37 @@ jobs:
     assert len({row["chain"] for row in audit_rows(home, "chain.finished")}) == 50
     skipped = audit_rows(home, "run.skipped", "b")
     assert all(row["reason"] == "overlap" for row in skipped)
+
+
+def test_the_operator_sees_waiting_the_graph_the_chain_history_and_metrics(home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    gate = tmp_path / "open"
+    slow_b = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    assert cli(home, "apply", "-f", str(write_jobs(tmp_path, diamond_yaml(out, slow_b)))).returncode == 0
+    loop = start_loop(home)
+    try:
+        wait_until(lambda: audit_rows(home, "run.started", "b") or audit_rows(home, "run.claimed", "b"), 60)
+        status = cli(home, "status", "--json")
+        states = {job["name"]: job["state"] for job in json.loads(status.stdout)["jobs"]}
+        assert states["d"] == "waiting" and states["e"] == "waiting", status.stdout
+        shown = cli(home, "show", "a")
+        assert shown.returncode == 0
+        assert "chain:\n  a  [success]  every 1s\n  ├── b  [running]  after a\n" in shown.stdout
+        gate.touch()
+        wait_until(lambda: audit_rows(home, "chain.finished"), 60)
+        chain = finished(home, "a")[0]["run_id"]
+        listed = cli(home, "history", "--chain", chain, "--json")
+        jobs = [run["job"] for run in json.loads(listed.stdout)["runs"]]
+        assert jobs[0] == "a" and sorted(jobs[1:3]) == ["b", "c"] and sorted(jobs[3:]) == ["d", "e"]
+        forced = cli(home, "force-run", "c", "--chain", "--json")
+        assert forced.returncode == 0, forced.stderr
+        forced_id = json.loads(forced.stdout)["chain"]
+        wait_until(lambda: len(audit_rows(home, "chain.finished")) == 2, 60)
+        again = json.loads(cli(home, "history", "--chain", forced_id, "--json").stdout)["runs"]
+        assert [run["job"] for run in again] in (["c", "d", "e"], ["c", "e", "d"]), "c alone, then what is after it"
+        metrics = cli(home, "metrics").stdout
+        assert 'cronctl_chains_total{outcome="success"} 2.0' in metrics
+    finally:
+        gate.touch()
+        assert stop(loop) == 0

@@ -184,6 +184,12 @@ def show(name: Annotated[str, typer.Argument(help="Job to show.")], json_out: Js
 
     ctx = open_context()
     views.job_shown(ops.show_job(ctx, name), ctx, json_out)
+    if not json_out:
+        from cronctl.ops.chains import chain_graph
+
+        graph = chain_graph(ctx, name)
+        for tree in graph.trees if graph else []:
+            render.say("\nchain:\n" + "\n".join("  " + line for line in tree))
 
 
 @app.command("next")

@@ -163,6 +163,9 @@ def _end_if_done(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]
     ended = [n["status"] for n in chain["nodes"].values()]
     chain["outcome"] = "success" if all(s == RunStatus.SUCCESS for s in ended) else "failed"
     chain["ended_at"] = to_iso(now)
+    # A counter that outlives the dropped chains, for `cronctl metrics` (like the lateness histogram).
+    totals = doc.setdefault("metrics", {}).setdefault("chains_by_outcome", {})
+    totals[chain["outcome"]] = int(totals.get(chain["outcome"]) or 0) + 1
     _drop_old(doc)
     statuses = dict(sorted((name, node["status"]) for name, node in chain["nodes"].items()))
     return [(AuditEvent.CHAIN_FINISHED, {"chain": chain_id, "root": chain["root"], "outcome": chain["outcome"],
