@@ -227,3 +227,25 @@ def test_chains_are_counted_by_outcome_for_metrics() -> None:
     assert chain_counts(doc) == ({"failed": 1}, 1)
     end(doc, by_job(tick(doc))["b"])
     assert chain_counts(doc) == ({"failed": 1, "success": 1}, 0)
+
+
+def test_a_paused_dependant_is_skipped_and_its_chain_goes_on() -> None:
+    doc = document(job("a"), job("b", "a"), job("c", "b", requires=Requires.DONE))
+    doc["jobs"]["b"]["state"]["paused"] = True
+    end(doc, by_job(tick(doc))["a"])
+    batch = tick(doc)
+    assert batch.claims == [] and nodes(doc) == {"a": "success", "b": "skipped", "c": "skipped"}
+    assert [e.details["reason"] for e in batch.events if e.name == AuditEvent.RUN_SKIPPED] == ["paused",
+                                                                                            "upstream_failed"]
+
+
+def test_a_dependant_edited_onto_a_schedule_mid_chain_leaves_the_chain() -> None:
+    doc = document(job("a"), job("b", "a"), job("c", "b"))
+    end(doc, by_job(tick(doc))["a"])
+    running = by_job(tick(doc))["b"]
+    doc["jobs"]["c"].update({"cron": "0 3 * * *"})
+    doc["jobs"]["c"].pop("after")
+    doc["jobs"]["c"].pop("requires")
+    end(doc, running)
+    assert nodes(doc) == {"a": "success", "b": "success", "c": "skipped"}
+    assert doc["chains"][running.spec.env["CRONCTL_CHAIN_ID"]]["nodes"]["c"]["reason"] == "definition_changed"

@@ -80,23 +80,13 @@ def force_chain(ctx: Context, name: str) -> ForcedChain:
     The loop claims it like any chain node (its own retries, overlap and env apply), and
     its dependants follow as in a scheduled chain; no loop: it starts when one runs.
     """
+    from cronctl.jobs.graph import topological
     from cronctl.loop.heartbeat import loop_alive
     from cronctl.models import AuditEvent
-    from cronctl.store import chain_doc
-    from cronctl.store.claims import new_run_id
-    from cronctl.timefmt import to_iso
 
     now = ctx.clock.now()
-    chain_id = new_run_id(now)
-    with ctx.store.transaction() as doc:
-        if name not in doc["jobs"]:
-            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
-        rows = chain_doc.start_chain(doc, name, chain_id, to_iso(now) or "", now)
-        chain = chain_doc.chains_of(doc)[chain_id]
-        chain["forced"] = True
-        chain["nodes"][name].update({"status": chain_doc.READY, "ready_at": to_iso(now), "upstream": []})
-        jobs = list(chain["nodes"])
-    ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, chain=chain_id)
-    for event, details in rows:
-        ctx.audit.append(event, **details)
-    return ForcedChain(chain_id, jobs, loop_alive(ctx.paths, now) is not None)
+    ctx.leases.job(name)  # JobNotFoundError names it before anything is written
+    ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, chain=True)
+    chain_id, jobs = ctx.leases.force_chain(name, now)
+    specs = {view.spec.name: view.spec for view in ctx.leases.jobs()}
+    return ForcedChain(chain_id, topological(jobs, specs), loop_alive(ctx.paths, now) is not None)

@@ -55,11 +55,16 @@ def has_dependants(doc: dict[str, Any], job: str) -> bool:
 # --- start -----------------------------------------------------------------------------------
 
 
-def start_chain(doc: dict[str, Any], root: str, chain_id: str, slot: str, now: datetime) -> list[Row]:
-    """A new chain from `root`: the root and every job below it, all waiting."""
-    nodes = {name: {"status": WAITING} for name in [root, *descendants_of(root, specs_of(doc))]}
+def start_chain(doc: dict[str, Any], root: str, chain_id: str, slot: str, now: datetime,
+                root_status: str = RUNNING) -> list[Row]:
+    """A new chain from `root`: the root (running, or `ready` for a forced chain) and every
+    job below it, waiting."""
+    nodes: dict[str, dict[str, Any]] = {name: {"status": WAITING} for name in descendants_of(root, specs_of(doc))}
+    nodes[root] = {"status": root_status}
+    if root_status == READY:
+        nodes[root].update({"ready_at": to_iso(now), "upstream": []})
     chains_of(doc)[chain_id] = {"root": root, "slot": slot, "started_at": to_iso(now), "ended_at": None,
-                                "outcome": None, "nodes": nodes}
+                                "outcome": None, "nodes": dict(sorted(nodes.items()))}
     return [(AuditEvent.CHAIN_STARTED, {"chain": chain_id, "root": root, "jobs": sorted(nodes)})]
 
 
@@ -107,8 +112,10 @@ def propagate(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:
             spec = specs.get(name)
             if node["status"] != WAITING:
                 continue
-            if spec is None:
-                rows += _skip(chain_id, name, node, "job_removed", None, None, now)
+            if spec is None or not spec.after:
+                # Removed, or edited onto a schedule of its own, while the chain ran.
+                reason = "job_removed" if spec is None else "definition_changed"
+                rows += _skip(chain_id, name, node, reason, None, None, now)
                 changed = True
                 continue
             upstreams = [up for up in spec.after if up in nodes]
@@ -147,13 +154,13 @@ def _skip(chain_id: str, name: str, node: dict[str, Any], reason: str, upstream:
                                       "upstream": upstream, "upstream_status": upstream_status})]
 
 
-def skip_node(doc: dict[str, Any], chain_id: str, name: str, reason: str, now: datetime) -> list[Row]:
-    """A node that could not be claimed (overlap skip, job removed): skipped; its dependants follow."""
-    chain = chains_of(doc)[chain_id]
-    node = chain["nodes"][name]
-    node.clear()
-    node.update({"status": SKIPPED, "reason": reason, "ended_at": to_iso(now)})
-    return propagate(doc, chain_id, now)
+def skip_node(doc: dict[str, Any], chain_id: str, name: str, reason: str, now: datetime,
+              row: bool = True) -> list[Row]:
+    """A node that is not claimed (paused, removed, refused by overlap): skipped; its
+    dependants follow. `row=False` when the caller already wrote the node's own row."""
+    node = chains_of(doc)[chain_id]["nodes"][name]
+    rows = _skip(chain_id, name, node, reason, None, None, now)
+    return (rows if row else []) + propagate(doc, chain_id, now)
 
 
 def _end_if_done(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:

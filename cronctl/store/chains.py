@@ -31,8 +31,9 @@ def claim_ready(doc: dict[str, Any], now: datetime, owner: Owner, lease: Lease, 
             _rows(batch, chain_doc.skip_node(doc, chain_id, job, "job_removed", now))
             continue
         view = JobView.from_entry(entry)
-        if view.paused:
-            continue  # it waits, ready, until the job is resumed
+        if view.paused:  # a paused job does not run; the chain goes on without it rather than wait
+            _rows(batch, chain_doc.skip_node(doc, chain_id, job, "paused", now))
+            continue
         if capacity is not None and len(batch.claims) >= capacity:
             batch.deferred += 1
             continue
@@ -50,7 +51,7 @@ def _claim_node(doc: dict[str, Any], chain_id: str, job: str, node: dict[str, An
                   now, owner, lease, batch)
     if len(batch.claims) == before:  # overlap skip: this chain goes on without it
         batch.events[-1].details["chain"] = chain_id
-        _rows(batch, chain_doc.skip_node(doc, chain_id, job, "overlap", now))
+        _rows(batch, chain_doc.skip_node(doc, chain_id, job, "overlap", now, row=False))
         return
     new = batch.claims[-1]
     claim = state["claims"][new.run_id]
@@ -58,6 +59,17 @@ def _claim_node(doc: dict[str, Any], chain_id: str, job: str, node: dict[str, An
     new.spec = new.spec.with_changes(env={**new.spec.env, **chain_doc.run_env(chain_id, node)})
     batch.events[-1].details["chain"] = chain_id
     chain_doc.mark_running(doc, chain_id, job, new.run_id, attempt)
+
+
+def start_forced(doc: dict[str, Any], job: str, chain_id: str, now: datetime) -> list[Event]:
+    """`force-run JOB --chain`: a new chain rooted at JOB, JOB ready to be claimed."""
+    from cronctl.jobs.state import get_entry
+    from cronctl.timefmt import to_iso
+
+    get_entry(doc, job)  # JobNotFoundError names it
+    rows = chain_doc.start_chain(doc, job, chain_id, to_iso(now) or "", now, root_status=chain_doc.READY)
+    chain_doc.chains_of(doc)[chain_id]["forced"] = True
+    return [Event(name, details) for name, details in rows]
 
 
 def _rows(batch: ClaimBatch, rows: list[chain_doc.Row]) -> None:

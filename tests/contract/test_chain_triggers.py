@@ -82,3 +82,13 @@ def test_a_fenced_finish_triggers_nothing(lease_store: Backend) -> None:
     assert fenced.fenced
     assert lease_store.events(AuditEvent.CHAIN_TRIGGERED) == []
     assert claim_chain(lease_store, MINUTE + 2) == {}
+
+
+def test_force_chain_records_a_chain_the_next_claim_write_starts(lease_store: Backend) -> None:
+    diamond(lease_store)
+    chain_id, jobs = lease_store.leases.force_chain("b", at(MINUTE))
+    assert sorted(jobs) == ["b", "d"]
+    started = claim_chain(lease_store, MINUTE)  # a's own slot is due too: it is claimed beside
+    assert "d" not in started and started["b"].spec.env["CRONCTL_CHAIN_ID"] == chain_id
+    end(lease_store, started["b"], success(), MINUTE + 1)
+    assert list(claim_chain(lease_store, MINUTE + 1)) == ["d"], "d's only upstream in this chain is b"
