@@ -208,7 +208,7 @@ def test_a_dependant_waits_while_its_chain_runs_and_is_wedged_past_its_upstreams
     specs = {name: view.spec for name, view in views.items()}
     chains = doc["chains"]
     limit = upstream_deadline("d", {"a", "b", "d"}, specs)
-    assert limit == (60 + 10) + (30 + 10) * 2 + 5
+    assert limit == (60 + 10) + (30 + 10) * 2 + 5 + 60
     assert chain_health(chains, views["b"], specs, T0) is None, "b runs: its own health says so"
     waiting = chain_health(chains, views["d"], specs, T0 + timedelta(seconds=limit))
     assert waiting is not None and waiting.state == "waiting" and "waiting on b in chain" in waiting.reason

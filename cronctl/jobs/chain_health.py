@@ -17,6 +17,9 @@ from cronctl.models import JobSpec
 from cronctl.timefmt import from_iso
 
 WAITING_NODES = ("waiting", "ready", "retrying")
+# What a running loop needs to claim a ready node (it wakes at least every second), with room
+# for a loop restart: a node ready for longer than its upstreams' time plus this is wedged.
+CLAIM_GRACE = 60.0
 
 
 def chain_health(chains: Mapping[str, Any], view: JobView, specs: Mapping[str, JobSpec],
@@ -41,8 +44,9 @@ def chain_health(chains: Mapping[str, Any], view: JobView, specs: Mapping[str, J
 
 def upstream_deadline(name: str, in_chain: set[str], specs: Mapping[str, JobSpec]) -> float | None:
     """The longest its upstreams in the chain may take: each one's timeout and kill grace,
-    times its attempts, plus its retry delays; None when one of them has no timeout."""
-    total = 0.0
+    times its attempts, plus its retry delays, plus CLAIM_GRACE; None when one of them has
+    no timeout."""
+    total = CLAIM_GRACE
     for upstream in _ancestors(name, specs) & in_chain:
         spec = specs[upstream]
         if spec.timeout <= 0:
