@@ -3,6 +3,7 @@ ready nodes claimed in the claim write, skips, retries, heals. Pure: no process,
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -15,6 +16,7 @@ from cronctl.store.claims import ClaimBatch, Lease, NewClaim, Outcome, Owner, cl
 from cronctl.timefmt import to_iso
 
 T0 = datetime(2026, 3, 1, 2, 0, tzinfo=timezone.utc)
+REVISIONS = itertools.count(1)
 OWNER = Owner("gen-1", 4242, 1.0, "boot")
 LEASE = Lease(1e9, T0 + timedelta(days=1))
 OK = Outcome(RunStatus.SUCCESS, None, exit_code=0)
@@ -30,7 +32,8 @@ def job(name: str, *after: str, **fields: Any) -> JobSpec:
 def document(*specs: JobSpec) -> dict[str, Any]:
     jobs = {s.name: entry_from(s, new_state(T0 - timedelta(hours=1), first_slot(s, T0 - timedelta(hours=1))))
             for s in specs}
-    return {"version": 1, "rev": 0, "jobs": jobs, "counters": {}}
+    # A revision of its own, as every store write has (chain_doc caches per revision).
+    return {"version": 1, "rev": next(REVISIONS), "jobs": jobs, "counters": {}}
 
 
 def diamond(**d_fields: Any) -> dict[str, Any]:
@@ -246,6 +249,7 @@ def test_a_dependant_edited_onto_a_schedule_mid_chain_leaves_the_chain() -> None
     doc["jobs"]["c"].update({"cron": "0 3 * * *"})
     doc["jobs"]["c"].pop("after")
     doc["jobs"]["c"].pop("requires")
+    doc["rev"] += 1  # the edit is a store write of its own
     end(doc, running)
     assert nodes(doc) == {"a": "success", "b": "success", "c": "skipped"}
     assert doc["chains"][running.spec.env["CRONCTL_CHAIN_ID"]]["nodes"]["c"]["reason"] == "definition_changed"

