@@ -34,6 +34,13 @@ class Catchup(StrEnum):
     SKIP = "skip"
 
 
+class Requires(StrEnum):
+    """What a dependant needs of its upstreams in a chain (SPEC §10)."""
+
+    SUCCESS = "success"  # every upstream succeeded
+    DONE = "done"  # every upstream finished, in any way
+
+
 class RunStatus(StrEnum):
     SUCCESS = "success"
     ERROR = "error"
@@ -54,6 +61,7 @@ class Trigger(StrEnum):
     SCHEDULE = "schedule"
     RETRY = "retry"
     FORCE = "force"
+    CHAIN = "chain"  # its upstreams finished in a chain (SPEC §10)
 
 
 class Fault(StrEnum):
@@ -89,6 +97,9 @@ class AuditEvent(StrEnum):
     RECOVERY_PERSISTED_ERROR_REARMED = "recovery.persisted_error_rearmed"
     RECOVERY_DEADLINE_TERMINATED = "recovery.deadline_terminated"
     FORCE_RUN_REQUESTED = "force_run.requested"
+    CHAIN_STARTED = "chain.started"
+    CHAIN_TRIGGERED = "chain.triggered"
+    CHAIN_FINISHED = "chain.finished"
 
 
 # Fields whose YAML/store value is a duration string; in memory they are seconds.
@@ -101,7 +112,7 @@ DEFAULT_RETRY_DELAY = 60.0
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What the operator asked for. Exactly one of cron / every / at is set."""
+    """What the operator asked for. Exactly one of cron / every / at / after is set."""
 
     name: str
     command: str | tuple[str, ...]
@@ -124,9 +135,13 @@ class JobSpec:
     on_failure: str | tuple[str, ...] | None = None
     paused: bool = False
     source: str | None = None  # absolute path of the YAML file that defined it; None = added by hand
+    after: tuple[str, ...] = ()  # upstream jobs: set, it runs in their chains instead of on a schedule
+    requires: Requires = Requires.SUCCESS
 
     @property
     def schedule_text(self) -> str:
+        if self.after:
+            return "after " + ", ".join(self.after)
         if self.cron is not None:
             return self.cron
         if self.every is not None:
@@ -144,6 +159,8 @@ class JobSpec:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in CHAIN_FIELDS and not self.after:
+                continue  # a job outside any chain keeps the store bytes it always had
             if f.name in DURATION_FIELDS and value is not None:
                 value = format_duration(value)
             elif f.name == "at":
@@ -170,11 +187,15 @@ class JobSpec:
             kwargs["overlap"] = Overlap(kwargs["overlap"])
         if "catchup" in kwargs:
             kwargs["catchup"] = Catchup(kwargs["catchup"])
-        for key in ("command", "on_failure"):
+        if "requires" in kwargs:
+            kwargs["requires"] = Requires(kwargs["requires"])
+        for key in ("command", "on_failure", "after"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
 
+
+CHAIN_FIELDS = ("after", "requires")
 
 # from_dict runs once per job on every read command: fields() per call was a fifth of it.
 _SPEC_FIELDS = frozenset(f.name for f in fields(JobSpec))

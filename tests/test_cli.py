@@ -215,7 +215,7 @@ def test_add_needs_exactly_one_schedule_and_a_command(cli: Cli) -> None:
     result = cli("add", "x")
     assert (result.code, result.err) == (1, lines(
         "cronctl: error: job 'x': -- COMMAND: missing (a shell string or an argv list)",
-        "cronctl: error: job 'x': --cron: missing schedule: give exactly one of cron, every, at",
+        "cronctl: error: job 'x': --cron: missing schedule: give exactly one of cron, every, at, after",
     ))
     result = cli("add", "x", "--cron", "0 3 * * *", "--every", "1m", "--", "true")
     assert (result.code, result.err) == (
@@ -341,7 +341,8 @@ def test_unset_restores_the_default_of_an_optional_field(cli: Cli, home: Path, c
 
 @pytest.mark.parametrize(("field", "message"), [
     ("colour", "--unset colour: not a job field (one of: timezone, cwd, env, timeout, kill_grace, overlap, "
-               "catchup, starting_deadline, retries, retry_delay, repeat, jitter, grace, on_failure, paused)"),
+               "catchup, starting_deadline, retries, retry_delay, repeat, jitter, grace, on_failure, paused, "
+                   "requires)"),
     ("command", "--unset command: a job always has a command; give a new value instead"),
     ("cron", "--unset cron: a job always has a schedule; give a new value instead"),
     ("name", "--unset name: a job always has a name; give a new value instead"),

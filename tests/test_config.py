@@ -30,7 +30,7 @@ def test_example_file_is_valid_and_uses_every_field() -> None:
         used |= {k for k, v in spec.to_dict().items() if v not in (None, {}, 0, 0.0, False)}
     for field in ("cron", "every", "at", "timezone", "command", "cwd", "env", "timeout", "kill_grace",
                   "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure",
-                  "paused"):
+                  "paused", "after", "requires"):
         assert field in used, field
     overlaps = {s.overlap for s in loaded.specs}
     assert {Overlap.SKIP, Overlap.ALLOW, Overlap.REPLACE} <= overlaps

@@ -41,6 +41,10 @@ from cronctl.cli.app import (
 )
 from cronctl.errors import UsageError
 
+AfterOpt = Annotated[Optional[List[str]], typer.Option("--after", help="Run after this job (not on a schedule), "
+                                                       "repeatable.")]
+RequiresOpt = Annotated[Optional[str], typer.Option("--requires", help="With --after: success (default) | done.")]
+
 
 @app.command()
 def add(
@@ -51,6 +55,7 @@ def add(
     overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
+    after: AfterOpt = None, requires: RequiresOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
@@ -66,6 +71,7 @@ def add(
         kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
         retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
         on_failure=on_failure, paused=paused, command=_command_from_args(command),
+        after=after, requires=requires,
     )
     ctx = open_context()
     view = ops.add_job(ctx, ops.spec_from_options(name, options))
@@ -81,6 +87,7 @@ def edit(
     overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
+    after: AfterOpt = None, requires: RequiresOpt = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
     json_out: JsonOpt = False,
@@ -98,6 +105,7 @@ def edit(
         kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
         retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
         on_failure=on_failure, paused=paused, command=_command_from_args(command),
+        after=after, requires=requires,
     )
     ctx = open_context()
     view, changed = ops.edit_job(ctx, name, changes, unset or [])
@@ -137,7 +145,8 @@ def _command_from_args(args: list[str] | None) -> str | list[str] | None:
 @app.command()
 def remove(
     name: Annotated[str, typer.Argument(help="Job to delete.")],
-    force: Annotated[bool, typer.Option("--force", help="Kill its running processes first.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Kill its running processes first; remove it "
+                                                                "even if others run after it.")] = False,
 ) -> None:
     """Delete a job (refuses while it runs unless --force).
 
@@ -176,6 +185,12 @@ def show(name: Annotated[str, typer.Argument(help="Job to show.")], json_out: Js
 
     ctx = open_context()
     views.job_shown(ops.show_job(ctx, name), ctx, json_out)
+    if not json_out:
+        from cronctl.ops.chains import chain_graph
+
+        graph = chain_graph(ctx, name)
+        for tree in graph.trees if graph else []:
+            render.say("\nchain:\n" + "\n".join("  " + line for line in tree))
 
 
 @app.command("next")
@@ -204,6 +219,7 @@ def apply(
     prune: Annotated[bool, typer.Option("--prune", help="Remove jobs this file defined earlier "
                                         "and no longer does.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, change nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Prune even jobs that others run after.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Create and update the jobs of a file (declarative, idempotent).
@@ -213,7 +229,7 @@ def apply(
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
-    plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run)
+    plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run, force=force)
     for warning in plan.warnings:
         render.warn(warning)
     if json_out:

@@ -154,6 +154,8 @@ def status(
 def history(
     name: Annotated[Optional[str], typer.Argument(help="Job (default: all).")] = None,
     count: Annotated[int, typer.Option("-n", min=0, help="Last N runs.")] = 20,
+    chain: Annotated[Optional[str], typer.Option("--chain", help="Only the runs of this chain (its root run's "
+                                                 "id), in order.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Past runs: slot, trigger, start, duration, status, reason.
@@ -163,7 +165,12 @@ def history(
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops.runs import run_history
 
-    records = run_history(open_store_context(), name, count)
+    if chain is not None:
+        from cronctl.ops.chains import chain_history
+
+        records = chain_history(open_store_context(), chain, name)
+    else:
+        records = run_history(open_store_context(), name, count)
     if json_out:
         render.print_json({"runs": records})
     elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
@@ -212,12 +219,17 @@ def force_run(
     name: Annotated[str, typer.Argument(help="Job to fire now.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait and exit with the run's status "
                                        "(0, the job's exit code, 124 on timeout).")] = False,
+    chain: Annotated[bool, typer.Option("--chain", help="Start a new chain here: the job, then the jobs "
+                                        "after it.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Fire a job now, once, outside its schedule (next_run_at is not moved).
 
     Example: cronctl force-run backup --wait
     """
+    if chain:
+        _force_chain(name, wait, json_out)
+        return
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops import runs as runops
 
@@ -233,6 +245,22 @@ def force_run(
         render.say(f"{name} run {result.run_id}: {record['status']}" + (f" ({reason})" if reason else ""))
     if wait or not result.via_loop:
         raise typer.Exit(runops.exit_code_of(record) if wait else 0)
+
+
+def _force_chain(name: str, wait: bool, json_out: bool) -> None:
+    """`force-run NODE --chain`: the chain is recorded; the loop runs it (not this process)."""
+    from cronctl.errors import UsageError
+    from cronctl.ops.chains import force_chain
+
+    if wait:
+        raise UsageError("--wait does not apply with --chain; follow it with 'cronctl history --chain ID'")
+    forced = force_chain(open_context(), name)
+    if json_out:
+        render.print_json({"chain": forced.chain_id, "jobs": forced.jobs, "via_loop": forced.loop_running})
+        return
+    when = "the running loop starts it" if forced.loop_running else "it starts when 'cronctl run' runs"
+    render.say(f"chain {forced.chain_id} of {', '.join(forced.jobs)}: {when}; "
+               f"'cronctl history --chain {forced.chain_id}' lists its runs")
 
 
 @app.command()

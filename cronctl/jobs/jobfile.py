@@ -17,6 +17,7 @@ import yaml
 
 from cronctl.durations import parse_duration
 from cronctl.errors import ConfigError, CronctlError
+from cronctl.jobs.chainfields import CHAIN_CHECKS, CHAIN_FIELDS, chain_combo_problems
 from cronctl.models import NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import check_timezone, parse_at, parse_cron
 from cronctl.timefmt import to_iso
@@ -24,10 +25,10 @@ from cronctl.timefmt import to_iso
 JOB_FIELDS = (
     "name", "cron", "every", "at", "timezone", "command", "cwd", "env", "timeout",
     "kill_grace", "overlap", "catchup", "starting_deadline", "retries", "retry_delay",
-    "repeat", "jitter", "grace", "on_failure", "paused",
+    "repeat", "jitter", "grace", "on_failure", "paused", "after", "requires",
 )
 # A default applies to every job of the file; a job's own identity and schedule cannot be defaulted.
-DEFAULTABLE_FIELDS = tuple(f for f in JOB_FIELDS if f not in ("name", "cron", "every", "at", "command"))
+DEFAULTABLE_FIELDS = tuple(f for f in JOB_FIELDS if f not in ("name", "cron", "every", "at", "command", *CHAIN_FIELDS))
 TOP_LEVEL_KEYS = ("defaults", "jobs")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MIN_EVERY = 0.1
@@ -369,9 +370,12 @@ def _check_required(raw: dict[str, Any], values: dict[str, Any], where: Callable
         problems.append(f"{where('name')}: missing (every job needs a name)")
     if "command" not in raw:
         problems.append(f"{where('command')}: missing (a shell string or an argv list)")
-    present = [k for k in ("cron", "every", "at") if raw.get(k) is not None]
+    present = [k for k in ("cron", "every", "at", "after") if raw.get(k) not in (None, [])]
     if not present:
-        problems.append(f"{where('cron')}: missing schedule: give exactly one of cron, every, at")
+        problems.append(f"{where('cron')}: missing schedule: give exactly one of cron, every, at, after")
+    elif "after" in present and len(present) > 1:
+        problems.append(f"{where('after')}: a job runs after other jobs or on a schedule, not both "
+                        f"(found {', '.join(present)})")
     elif len(present) > 1:
         problems.append(f"{where(present[1])}: give exactly one of cron, every, at (found {', '.join(present)})")
 
@@ -395,6 +399,7 @@ def _check_schedule_combo(
                         f"every {raw.get('every')!s})")
     if raw.get("at") is not None and raw.get("repeat") is not None:
         problems.append(f"{where('repeat')}: does not apply to a one-shot 'at' job")
+    problems.extend(chain_combo_problems(raw, where))
 
 
 def _check_name(value: Any) -> str:
@@ -553,6 +558,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "grace": _optional(_duration(0, strict=True)),
     "on_failure": _check_optional_command,
     "paused": _check_bool,
+    **CHAIN_CHECKS,
 }
 
 

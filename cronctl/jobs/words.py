@@ -20,6 +20,9 @@ def signal_text(number: int) -> str:
 
 
 def describe(spec: JobSpec) -> str:
+    if spec.after:
+        verb = ("finish" if spec.requires == "done" else "succeed") + ("s" if len(spec.after) == 1 else "")
+        return f"After {' and '.join(spec.after)} {verb}, in the same chain"
     if spec.every is not None:
         return f"Every {format_duration(spec.every)}"
     if spec.at is not None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from cronctl.jobs.state import JobView
 from cronctl.schedule.slots import fire_at
+from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
 from cronctl.store.jsonstore import Store
 from cronctl.timefmt import from_iso
@@ -61,7 +62,7 @@ def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None
 
 def earliest_fire(doc: dict[str, Any]) -> datetime | None:
     """The first instant any job may need a claim (a retry or a slot plus its jitter)."""
-    earliest: datetime | None = None
+    earliest = chain_doc.earliest_chain_fire(doc)  # a chain's ready job or due retry
     for entry in doc["jobs"].values():
         for when in _candidates(entry):
             if when is not None and (earliest is None or when < earliest):

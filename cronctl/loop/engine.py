@@ -34,7 +34,8 @@ from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
 # Test seam: CRONCTL_FAULT_LOOP_CRASH=after_claim SIGKILLs the loop right after a claim is written;
-# =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched.
+# =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched;
+# =after_finish right after a run's end (and its chain's triggers) is written, before the next claim.
 CRASH_ENV = "CRONCTL_FAULT_LOOP_CRASH"
 
 
@@ -404,6 +405,8 @@ class Engine:
         try:
             finished = self.ctx.leases.finish_many(self.owner, ends, now, self._lateness)
             self._lateness.clear()
+            if os.environ.get(CRASH_ENV) == "after_finish":
+                os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between a finish and the next claim
         except BaseException:
             # Nothing was written: keep the results for the next tick. Dropped,
             # their runs would stay "running" (and renewed) forever.

@@ -12,6 +12,7 @@ from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, Schedul
 from cronctl.jobs.jobfile import build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
+from cronctl.ops import chain_rules
 from cronctl.schedule.slots import fire_at, first_slot, slot_after
 from cronctl.timefmt import from_iso, to_iso
 
@@ -48,6 +49,7 @@ def add_job(ctx: Context, spec: JobSpec) -> JobView:
     with ctx.store.transaction() as doc:
         if spec.name in doc["jobs"]:
             raise ConflictError(f"job '{spec.name}' already exists; change it with 'cronctl edit {spec.name}'")
+        chain_rules.check_cli(doc, spec)
         state = new_state(now, first_slot(spec, now))
         doc["jobs"][spec.name] = entry_from(spec, state)
     ctx.audit.append(AuditEvent.JOB_ADDED, job=spec.name, source=spec.source, schedule=spec.schedule_text)
@@ -72,6 +74,7 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str])
         changed = _changed_fields(old.spec, spec)
         if not changed:
             return old, []
+        chain_rules.check_cli(doc, spec)
         state = dict(old.state)
         _reschedule_if_needed(old.spec, spec, state, now)
         state["updated_at"] = to_iso(now)
@@ -81,7 +84,7 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str])
 
 
 # A job always has these; a schedule is replaced with --cron/--every/--at, not unset.
-NOT_UNSETTABLE = ("name", "command", "cron", "every", "at")
+NOT_UNSETTABLE = ("name", "command", "cron", "every", "at", "after")
 
 
 def _check_unset(unset: list[str]) -> None:
@@ -100,9 +103,12 @@ def _check_unset(unset: list[str]) -> None:
 
 def _merge_options(spec: JobSpec, changes: dict[str, Any], unset: list[str]) -> dict[str, Any]:
     merged = {k: v for k, v in spec.to_dict().items() if k != "source" and v is not None}
-    if any(key in changes for key in SCHEDULE_KEYS):
-        for key in SCHEDULE_KEYS:
+    if any(key in changes for key in (*SCHEDULE_KEYS, "after")):
+        # A new schedule replaces the old one, and `after` is a schedule too.
+        for key in (*SCHEDULE_KEYS, "after"):
             merged.pop(key, None)
+        if "after" not in changes:
+            merged.pop("requires", None)
     for key in unset:
         merged.pop(key.replace("-", "_"), None)
     merged.update(changes)
@@ -127,6 +133,7 @@ def remove_job(ctx: Context, name: str, force: bool = False) -> int:
     """Delete a job; refuse while it runs unless `force`, which ends its runs first."""
     with ctx.store.transaction() as doc:
         view = JobView.from_entry(get_entry(doc, name))
+        chain_rules.refuse_orphans(chain_rules.stored_specs(doc), {name}, force, f"removing {name}")
         if view.claims and not force:
             raise ConflictError(
                 f"job '{name}' is running (run {', '.join(view.claims)}); "
@@ -180,15 +187,18 @@ class ApplyPlan:
 def validate_file(path: str, now: datetime) -> tuple[list[JobSpec], list[str]]:
     """The file's jobs and its warnings (a past one-shot `at`); raises ConfigError when invalid."""
     loaded = load_jobs_file(path)
+    chain_rules.check_file(str(loaded.path), loaded.specs)
     return loaded.specs, loaded.warnings(now)
 
 
-def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False) -> ApplyPlan:
+def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
+               force: bool = False) -> ApplyPlan:
     loaded = load_jobs_file(path)
     source = str(loaded.path)
     now = ctx.clock.now()
     with ctx.store.transaction() as doc:
         plan = _plan_apply(doc, loaded.specs, source, prune)
+        chain_rules.check_apply(doc, source, loaded.specs, plan.prune, force)
         done = frozenset(name for name, entry in doc["jobs"].items() if (entry.get("state") or {}).get("completed"))
         plan.warnings = loaded.warnings(now, done)
         if dry_run:

@@ -16,6 +16,7 @@ from cronctl.errors import CronctlError
 from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus
+from cronctl.ops.chains import chain_metrics
 from cronctl.store.claims import LATENESS_BUCKETS
 from cronctl.timefmt import from_iso
 
@@ -78,6 +79,7 @@ class _Collector:
         yield _job_states(health, GaugeMetricFamily)
         yield self._lateness()
         yield from self._heal_counters(CounterMetricFamily)
+        yield from chain_metrics(self.doc, CounterMetricFamily, GaugeMetricFamily)
         yield from self._loop_metrics(GaugeMetricFamily)
 
     def _run_metrics(self, views: list[JobView], counter: Any, gauge: Any) -> Iterator[Any]:

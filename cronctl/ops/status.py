@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cronctl.context import Context
+from cronctl.jobs.chain_health import chain_health
 from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus, loop_status
@@ -44,10 +45,13 @@ def status(ctx: Context) -> StatusReport:
     # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
     doc = ctx.store.read()
     expired = lease_checker()
+    views = {name: JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])}
+    chains = doc.get("chains") or {}
+    specs = {name: view.spec for name, view in views.items()} if chains else {}
     jobs = []
-    for name in sorted(doc["jobs"]):
-        view = JobView.from_entry(doc["jobs"][name])
-        jobs.append(JobStatus(view, job_health(view, now, owner_alive, expired)))
+    for view in views.values():
+        health = chain_health(chains, view, specs, now) if chains else None
+        jobs.append(JobStatus(view, health or job_health(view, now, owner_alive, expired)))
     return StatusReport(loop_status(ctx.paths, now), jobs, dict(doc.get("counters") or {}))
 
 

@@ -16,6 +16,7 @@ from cronctl.jobs.state import JobView
 from cronctl.models import FAILED_STATUSES, AuditEvent, Catchup, Fault, JobSpec, Overlap, RunStatus, Trigger
 from cronctl.schedule.cron import retry_delay
 from cronctl.schedule.slots import cadence, collect_due, fire_at, starting_deadline
+from cronctl.store import chain_doc
 from cronctl.store.schema import claims_of, find_claim
 from cronctl.timefmt import from_iso, to_iso
 
@@ -438,6 +439,8 @@ def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outc
     if outcome.status in FAILED_FOR_RETRY and not retrying:
         result.run_on_failure = spec.on_failure is not None
     _complete_if_done(spec, state)
+    chain_rows = chain_doc.after_finish(doc, job, claim, record, retrying, now)
+    result.events.extend(Event(name, details) for name, details in chain_rows)
     return result
 
 

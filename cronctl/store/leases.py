@@ -12,7 +12,9 @@
 - hand-backs of runs that never began: `unhold`, `release_refused`;
 - recovery without an owner: `reclaim`, `end_past_deadline`, `end_unsupervised`, `rearm`;
 - `adopt` moves claims to a new generation of the same process;
-- read views: `has_job`, `jobs`, `job`, `counters`, `claims_of`, `find_run`, `history`.
+- read views: `has_job`, `jobs`, `job`, `counters`, `claims_of`, `find_run`, `history`;
+- chains (SPEC §10): every finish also records its chain (triggers, skips, the chain's
+  end) in the same write, `claim_due` also claims the ready nodes, `force_chain` starts one.
 
 Arguments and results are dataclasses and plain values; no store document leaks out.
 Every method is one transaction (one write per batch, as the hot paths need) and writes
@@ -33,8 +35,8 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
+from cronctl.store import chains, history
 from cronctl.store import claims as claims_mod
-from cronctl.store import history
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
 from cronctl.store.jsonstore import Store
@@ -154,6 +156,8 @@ class LeaseStore(Protocol):
 
     def history(self, job: str | None, count: int | None = None) -> list[dict[str, Any]]: ...
 
+    def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
+
 
 class JsonLeaseStore:
     """`LeaseStore` over the JSON document: each method one `Store.transaction()`."""
@@ -168,6 +172,7 @@ class JsonLeaseStore:
     def claim_due(self, now: datetime, owner: Owner, lease: Lease, capacity: int | None = None) -> ClaimBatch:
         with self.store.transaction() as doc:
             batch = claims_mod.claim_due(doc, now, owner, lease, capacity)
+            chains.claim_ready(doc, now, owner, lease, batch, capacity)
         self._write(batch.events)
         return batch
 
@@ -401,6 +406,21 @@ class JsonLeaseStore:
         if count is None:
             return records
         return records[-count:] if count > 0 else []
+
+    # --- chains (SPEC §10) -------------------------------------------------------------------------
+
+    def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]:
+        """A new chain rooted at `job`, recorded ready for the loop's next claim write.
+
+        Returns its id and its jobs (upstreams first). The chain's other writes ride on
+        claim_due (ready nodes are claimed there) and on every finish (triggers, skips).
+        """
+        chain_id = claims_mod.new_run_id(now)
+        with self.store.transaction() as doc:
+            events = chains.start_forced(doc, job, chain_id, now)
+            jobs = list(doc["chains"][chain_id]["nodes"])
+        self._write(events)
+        return chain_id, jobs
 
     # --- after the commit --------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from cronctl.durations import format_duration
 from cronctl.interop.export.base import ExportFile, ExportResult, comment_block, shared_notes
+from cronctl.interop.export.chains import chain_note
 from cronctl.interop.translate import cron_text, debian_gap_notes, every_cron, seconds_text
 from cronctl.models import Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import jitter_offset, parse_cron
@@ -54,6 +55,8 @@ def export_crontab(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
 
 def _schedule(spec: JobSpec, now: datetime) -> tuple[str | None, str, list[str]]:
     """The five fields, the zone they are read in, and what does not carry over."""
+    if spec.after:
+        return None, "UTC", [chain_note(spec, "crontab")]
     if spec.cron is not None:
         expr = parse_cron(spec.cron)
         text = cron_text(expr, star_prefix_is_star=True)

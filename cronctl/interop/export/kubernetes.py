@@ -18,6 +18,7 @@ import yaml
 
 from cronctl.durations import format_duration
 from cronctl.interop.export.base import ExportFile, ExportResult, comment_block, shared_notes
+from cronctl.interop.export.chains import chain_note
 from cronctl.interop.translate import cron_text, dst_notes, every_cron
 from cronctl.models import Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import cron_cadence, default_grace, parse_cron
@@ -126,6 +127,8 @@ def _cadence(spec: JobSpec, now: datetime) -> float:
 
 
 def _schedule(spec: JobSpec, now: datetime) -> tuple[str | None, list[str]]:
+    if spec.after:
+        return None, [chain_note(spec, "Kubernetes")]
     if spec.cron is not None:
         expr = parse_cron(spec.cron)
         text = cron_text(expr, star_prefix_is_star=False)

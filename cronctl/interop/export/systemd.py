@@ -13,6 +13,7 @@ from datetime import datetime
 
 from cronctl.durations import format_duration
 from cronctl.interop.export.base import ExportFile, ExportResult, comment_block, shared_notes
+from cronctl.interop.export.chains import chain_note, maps_to_on_success, on_success_targets
 from cronctl.interop.oncalendar import at_oncalendar, every_oncalendar, oncalendar_lines
 from cronctl.interop.translate import dst_notes
 from cronctl.models import Catchup, JobSpec, Overlap
@@ -32,13 +33,15 @@ def unit_names(name: str) -> tuple[str, str, str]:
 
 def export_systemd(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
     result = ExportResult("systemd")
+    followers = on_success_targets(specs)
     for spec in specs:
         schedule, notes = _timer_lines(spec, now)
         notes += _field_notes(spec) + shared_notes(spec, "systemd")
         result.notes[spec.name] = notes
         service, timer, failure = unit_names(spec.name)
-        result.files.append(ExportFile(service, _service(spec, notes)))
-        result.files.append(ExportFile(timer, _timer(spec, schedule)))
+        result.files.append(ExportFile(service, _service(spec, notes, followers.get(spec.name, []))))
+        if not spec.after:  # a dependant is started by its upstream's OnSuccess=, or by hand
+            result.files.append(ExportFile(timer, _timer(spec, schedule)))
         if spec.on_failure is not None:
             result.files.append(ExportFile(failure, _failure_service(spec)))
     return result
@@ -47,7 +50,7 @@ def export_systemd(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
 # --- service ------------------------------------------------------------------------------
 
 
-def _service(spec: JobSpec, notes: list[str]) -> str:
+def _service(spec: JobSpec, notes: list[str], on_success: list[str]) -> str:
     service, timer, failure = unit_names(spec.name)
     lines = comment_block([f"{service}: cronctl job {spec.name}, written by `cronctl export --format systemd`.",
                            f"Started by {timer}; install both (and enable the timer), e.g. in /etc/systemd/system.",
@@ -59,6 +62,9 @@ def _service(spec: JobSpec, notes: list[str]) -> str:
     lines.append("StartLimitIntervalSec=0")
     if spec.on_failure is not None:
         lines.append(f"OnFailure={failure}")
+    if on_success:
+        lines += comment_block(["The jobs that run after this one (cronctl `after:`); OnSuccess= needs systemd 249."])
+        lines.append("OnSuccess=" + " ".join(unit_names(name)[0] for name in on_success))
     lines += ["", "[Service]", "Type=oneshot", f"ExecStart={exec_line(spec.command)}"]
     if spec.cwd:
         lines.append(f"WorkingDirectory={_specifiers(spec.cwd)}")
@@ -167,6 +173,12 @@ def _timer(spec: JobSpec, schedule: list[str]) -> str:
 
 def _timer_lines(spec: JobSpec, now: datetime) -> tuple[list[str], list[str]]:
     """The [Timer] schedule lines and what they do not carry over."""
+    if spec.after:
+        if maps_to_on_success(spec):
+            upstream = unit_names(spec.after[0])[0]
+            return [], [f"after {spec.after[0]}: started by OnSuccess= of {upstream} (no timer); "
+                        "systemd gives it no chain id and does not skip it when its upstream fails"]
+        return [], [chain_note(spec, "systemd")]
     if spec.cron is not None:
         expr = parse_cron(spec.cron)
         # What systemd does (checked with systemd-analyze calendar, systemd 252): a wall time that a
