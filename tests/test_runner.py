@@ -455,3 +455,19 @@ def test_subreaper_mode_reaps_orphans_without_losing_a_tracked_status(tmp_path: 
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_supervisor_that_made_the_process_a_subreaper_undoes_it_at_shutdown() -> None:
+    # In a fresh interpreter: a process that supervised runs once (force-run, a test) must
+    # not go on adopting its other children's orphans with nobody left to reap them.
+    script = (
+        "from cronctl.proc.identity import is_child_subreaper\n"
+        "from cronctl.proc.supervisor import Supervisor\n"
+        "sup = Supervisor(on_result=lambda r: None, subreaper=True)\n"
+        "sup.start()\n"
+        "during = is_child_subreaper()\n"
+        "sup.shutdown(wait=10)\n"
+        "print(during, is_child_subreaper())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["True", "False"], out.stderr

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 START_TIME_TOLERANCE = 0.05
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,8 @@ def boot_id() -> str:
     return _boot_id
 
 
-def set_child_subreaper() -> bool:
-    """Make orphaned descendants reparent to this process instead of init.
+def set_child_subreaper(on: bool = True) -> bool:
+    """Make orphaned descendants reparent to this process instead of init (or stop it).
 
     Then a job's escaped grandchildren stay our children: we see them die and
     must reap them (the runner does, in subreaper mode).
@@ -114,6 +115,19 @@ def set_child_subreaper() -> bool:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def is_child_subreaper() -> bool:
+    """Whether this process is a child subreaper now (False when it cannot be told)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        flag = ctypes.c_int(0)
+        ok = libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+        return ok and flag.value != 0
     except (OSError, AttributeError):
         return False

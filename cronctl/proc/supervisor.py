@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from cronctl.proc.fds import raise_fd_limit
-from cronctl.proc.identity import set_child_subreaper
+from cronctl.proc.identity import is_child_subreaper, set_child_subreaper
 from cronctl.proc.run import RunResult, TrackedRun
 from cronctl.proc.shared import SharedRuns
 from cronctl.proc.spawn import (
@@ -50,6 +50,10 @@ class Supervisor:
         self._mono = monotonic
         self._spawn = spawn or spawn_session
         self._subreaper = subreaper
+        # Whether this supervisor made the process a subreaper, so that its shutdown can
+        # undo it: a process that supervises runs once (force-run, tests) must not go on
+        # adopting every orphan of its other children afterwards, with no one to reap them.
+        self._became_subreaper = False
         self._shared = SharedRuns(monotonic, timeouts_enabled)
         self._thread: threading.Thread | None = None
 
@@ -57,8 +61,10 @@ class Supervisor:
         if self._thread is not None:
             raise RuntimeError("the supervisor is already started")
         raise_fd_limit()
-        if self._subreaper and not set_child_subreaper():
-            print("cronctl: could not become a child subreaper; orphans go to init", file=sys.stderr)
+        if self._subreaper and not is_child_subreaper():
+            self._became_subreaper = set_child_subreaper()
+            if not self._became_subreaper:
+                print("cronctl: could not become a child subreaper; orphans go to init", file=sys.stderr)
         watcher = Watcher(self._shared, on_result=self._on_result, monotonic=self._mono, subreaper=self._subreaper)
         self._thread = threading.Thread(target=watcher.run, name="cronctl-supervisor", daemon=True)
         self._thread.start()
@@ -142,6 +148,9 @@ class Supervisor:
         self._shared.wake()
         if thread is not threading.current_thread():
             thread.join(wait)
+            if self._became_subreaper and not thread.is_alive():
+                set_child_subreaper(False)
+                self._became_subreaper = False
 
     def wait_idle(self, timeout: float) -> bool:
         """True once every run's result has been delivered."""
