@@ -159,7 +159,7 @@ def test_a_command_over_the_argument_limit_is_refused_at_definition_time(home: P
     for verb in ("validate", "apply"):
         result = cli(home, verb, "-f", str(jobs))
         assert result.returncode == 1, result.stdout + result.stderr
-        assert "job 'big': command:" in result.stderr and "E2BIG" in result.stderr
+        assert "job 'big': field 'command':" in result.stderr and "E2BIG" in result.stderr
         assert "Traceback" not in result.stderr
     assert "big" not in store(home).get("jobs", {}) if (home / "jobs.json").exists() else True
 

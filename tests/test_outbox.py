@@ -207,4 +207,19 @@ def test_add_refuses_a_command_the_kernel_cannot_exec() -> None:
 
     with pytest.raises(ConfigError) as caught:
         definitions.spec_from_options("big", {"command": "echo " + "x" * 200_000, "every": "1h"})
-    assert "job 'big': command:" in str(caught.value) and "E2BIG" in str(caught.value)
+    assert "job 'big': field 'command':" in str(caught.value) and "E2BIG" in str(caught.value)
+
+
+# --- a dead force-run's claim, as doctor would see it -----------------------------------------
+
+
+def test_dead_claims_names_the_claim_of_a_dead_owner(tmp_path: Path) -> None:
+    from cronctl.loop.heal import Liveness, dead_claims
+
+    ctx = open_ctx(tmp_path)
+    run_id = started_run(ctx)
+    live = Liveness(owner_alive=lambda owner: owner.get("pid") != OWNER.pid, lease_expired=lambda claim: False,
+                    monotonic=lambda: 0.0)
+    assert dead_claims(ctx.store.read(), live) == [("j", run_id, "owner_dead")]
+    healthy = Liveness(owner_alive=alive, lease_expired=lambda claim: False, monotonic=lambda: 0.0)
+    assert dead_claims(ctx.store.read(), healthy) == []

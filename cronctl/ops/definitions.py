@@ -38,7 +38,7 @@ def check_spawnable(specs: list[JobSpec], where: str | None = None) -> None:
         for key, command in (("command", spec.command), ("on_failure", spec.on_failure)):
             problem = None if command is None else command_problem(command, spec.env)
             if problem is not None:
-                problems.append(f"{where + ': ' if where else ''}job '{spec.name}': {key}: {problem}")
+                problems.append(f"{where + ': ' if where else ''}job '{spec.name}': field '{key}': {problem}")
     if problems:
         raise ConfigError(problems)
 
