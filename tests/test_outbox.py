@@ -223,3 +223,18 @@ def test_dead_claims_names_the_claim_of_a_dead_owner(tmp_path: Path) -> None:
     assert dead_claims(ctx.store.read(), live) == [("j", run_id, "owner_dead")]
     healthy = Liveness(owner_alive=alive, lease_expired=lambda claim: False, monotonic=lambda: 0.0)
     assert dead_claims(ctx.store.read(), healthy) == []
+
+
+# --- force-run --wait is bounded ----------------------------------------------------------------
+
+
+def test_wait_gives_up_on_a_run_that_ended_without_a_record(tmp_path: Path) -> None:
+    from cronctl.errors import CronctlError
+    from cronctl.ops.runs import UNRECORDED_GRACE, wait_for_record
+
+    ctx = open_ctx(tmp_path)
+    definitions.add_job(ctx, definitions.spec_from_options("j", {"command": "true", "every": "1m"}))
+    began = ctx.clock.monotonic()
+    with pytest.raises(CronctlError, match="ended without a record"):
+        wait_for_record(ctx, "j", "20260301T120000-deadbeef", timeout=None)
+    assert ctx.clock.monotonic() - began <= UNRECORDED_GRACE + 1.0
