@@ -8,6 +8,7 @@ write of the loop happens on the tick thread.
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import signal
@@ -18,18 +19,21 @@ from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from cronctl.context import Context
+from cronctl.jobs.state import JobView
 from cronctl.loop import held as held_mod
 from cronctl.loop.due import DueIndex
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
 from cronctl.loop.held import ActiveRun, HeldRun
 from cronctl.loop.on_failure import on_failure_request
-from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, command_text
+from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger, command_text
+from cronctl.proc.liveness import owner_alive
 from cronctl.proc.run import RunResult
 from cronctl.proc.spawn import BlockedConfig, RunRequest, SpawnError
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store import claims as claims_mod
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
+from cronctl.store.outbox import PENDING, OwedHook
 from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
@@ -92,6 +96,8 @@ class Engine:
         # Due jobs left unclaimed for want of --max-parallel room: only a run's end
         # makes room, and it wakes the tick, so sleeping until then is no delay.
         self._saturated = False
+        # The document last looked at for a dead writer's pending entries (recover_pending).
+        self._outbox_seen: dict[str, Any] | None = None
 
     # --- wiring ----------------------------------------------------------------
 
@@ -113,6 +119,7 @@ class Engine:
 
     def tick(self) -> TickReport:
         report = TickReport()
+        self.recover_pending()
         report.finished = self.record_results()
         report.claimed = self.fire_due()
         report.claimed += self.fire_ahead()
@@ -365,16 +372,12 @@ class Engine:
                 "field": exc.field, "message": exc.message})))
             return
         except SpawnError as exc:
-            refused.append(Refused(new.job, new.run_id, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
-                "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
-                "errno": exc.errno, "error": str(exc)})))
+            refused.append(spawn_refused(new, exc.errno, str(exc)))
             return
         except Exception as exc:
             # Anything else that stops one spawn must not leak this claim, nor
             # leave the rest of the batch claimed and gated forever.
-            refused.append(Refused(new.job, new.run_id, None, Event(AuditEvent.RUN_SPAWN_FAILED, {
-                "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
-                "errno": getattr(exc, "errno", None), "error": f"{type(exc).__name__}: {exc}"})))
+            refused.append(spawn_refused(new, getattr(exc, "errno", None), f"{type(exc).__name__}: {exc}"))
             return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
                                             str(log_path))
@@ -424,10 +427,43 @@ class Engine:
         """The lease store wrote the rows and the record; what is left is the loop's."""
         if done.record is None:
             return
-        if done.run_on_failure and run is not None:
-            self._start_on_failure(run, done.record)
+        if done.run_on_failure:
+            if run is not None:
+                self._start_on_failure(run, done.record)
+            self.ctx.leases.settle([(done.record["job"], done.record["run_id"])])
         for listener in list(self.finished_listeners):
             listener(done.record)
+
+    def recover_pending(self) -> int:
+        """Deliver what a writer that died after a run's end left pending (store/outbox.py):
+        its rows and record, and the on_failure hook it owed. Looked at once per new
+        document, so an idle tick costs one identity test."""
+        self.due.refresh()
+        doc = self.due.doc
+        if doc is self._outbox_seen:
+            return 0
+        self._outbox_seen = doc
+        if not any(PENDING in entry.get("state", {}) for entry in doc["jobs"].values()):
+            return 0
+        owed = self.ctx.leases.deliver_pending(owner_alive, doc)
+        for hook in owed:
+            self._start_owed_hook(hook)
+        self.ctx.leases.settle([(hook.job, hook.run_id) for hook in owed])
+        self.due.invalidate()
+        return len(owed)
+
+    def _start_owed_hook(self, hook: OwedHook) -> None:
+        view = self.due.doc["jobs"].get(hook.job)
+        if view is None:
+            return  # the job was removed since: nobody to notify with
+        spec = JobView.from_entry(view).spec
+        if spec.on_failure is None:
+            return
+        record = hook.record
+        log = record.get("log") or str(self.ctx.paths.run_log(hook.job, hook.run_id))
+        run = ActiveRun(hook.job, hook.run_id, spec, str(record.get("slot") or ""), int(record.get("attempt") or 1),
+                        str(log))
+        self._start_on_failure(run, record)
 
     def _was_discarded(self, result: RunResult) -> bool:
         if result.run_id in self._discarded:
@@ -527,6 +563,23 @@ def run_one(engine: Engine, job: str) -> OneRun | None:
         engine.renew_if_due()
     engine.record_results()
     return OneRun(run_id, records[0] if records else None)
+
+
+def spawn_refused(new: NewClaim, errno_: int | None, error: str) -> Refused:
+    """A claimed run whose child could not be spawned: its claim is released at once.
+
+    A forced run is recorded `not_started` (spawn_failed) as well: whoever asked for it
+    (perhaps waiting with --wait) learns from its record that nothing ran. A scheduled
+    run is only released, so its next slot (or its pending retry) fires as usual.
+    """
+    event = Event(AuditEvent.RUN_SPAWN_FAILED, {
+        "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
+        "errno": errno_, "error": error})
+    if new.trigger != Trigger.FORCE:
+        return Refused(new.job, new.run_id, None, event)
+    fault = Fault.JOB if errno_ == errno.E2BIG else Fault.PLATFORM
+    outcome = Outcome(RunStatus.NOT_STARTED, "spawn_failed", output_tail=error, fault=fault)
+    return Refused(new.job, new.run_id, outcome, event, always_record=True)
 
 
 def run_env(spec: JobSpec, run_id: str, slot: str, attempt: int) -> dict[str, str]:

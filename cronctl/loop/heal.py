@@ -156,6 +156,34 @@ def _process_stopped(pid: Any) -> bool:
         return False
 
 
+def dead_claims(doc: dict[str, Any], live: Liveness) -> list[tuple[str, str, str]]:
+    """(job, run_id, problem) of every claim whose owner died or whose lease ran out: what
+    `doctor` reports (nothing heals them while no loop runs, and force-run of the job
+    reclaims them first)."""
+    found = []
+    for name, entry in _suspects(doc):
+        for run_id, claim in (entry["state"].get("claims") or {}).items():
+            problem = claim_problem(claim, live.owner_alive, live.lease_expired)
+            if problem is not None:
+                found.append((name, run_id, problem))
+    return found
+
+
+def release_dead_claims(ctx: Context, job: str, live: Liveness, kill: Killer) -> list[str]:
+    """The claims of `job` whose owner died or whose lease ran out, reclaimed as the loop's
+    heal pass would: for `force-run` without a loop, before it refuses "is running". A
+    force-run that died (kill -9, a failed store write) held its claim like any owner."""
+    entry = ctx.store.read()["jobs"].get(job)
+    if entry is None:
+        return []
+    released = []
+    for run_id, claim in JobView.from_entry(entry).claims.items():
+        problem = claim_problem(claim, live.owner_alive, live.lease_expired)
+        if problem is not None and reclaim(ctx, job, run_id, claim, problem, ctx.clock.now(), kill):
+            released.append(run_id)
+    return released
+
+
 def release_stuck_claims(ctx: Context, job: str, live: Liveness, kill: Killer,
                          loop_wedged_pid: int | None) -> list[str]:
     """`cronctl resume JOB`: kill the processes of runs held by a hung or dead owner, release the claims.

@@ -25,7 +25,23 @@ def spec_from_options(name: str, options: dict[str, Any]) -> JobSpec:
     spec = build_spec({"name": name, **options}, _cli_where(name), problems, source=None, base_dir=_cwd())
     if problems or spec is None:
         raise ConfigError(problems)
+    check_spawnable([spec])
     return spec
+
+
+def check_spawnable(specs: list[JobSpec], where: str | None = None) -> None:
+    """A command the kernel would refuse to exec (E2BIG) is refused here, at definition time,
+    rather than failing every run later (issue 15, item 3)."""
+    from cronctl.proc.spawn import command_problem
+
+    problems: list[str] = []
+    for spec in specs:
+        for key, command in (("command", spec.command), ("on_failure", spec.on_failure)):
+            problem = None if command is None else command_problem(command, spec.env)
+            if problem is not None:
+                problems.append(f"{where + ': ' if where else ''}job '{spec.name}': field '{key}': {problem}")
+    if problems:
+        raise ConfigError(problems)
 
 
 def _cwd() -> Path | None:
@@ -71,6 +87,7 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str])
         spec = build_spec(merged, _cli_where(name), problems, source=old.spec.source, base_dir=_cwd())
         if problems or spec is None:
             raise ConfigError(problems)
+        check_spawnable([spec])
         changed = _changed_fields(old.spec, spec)
         if not changed:
             return old, []
@@ -187,6 +204,7 @@ class ApplyPlan:
 def validate_file(path: str, now: datetime) -> tuple[list[JobSpec], list[str]]:
     """The file's jobs and its warnings (a past one-shot `at`); raises ConfigError when invalid."""
     loaded = load_jobs_file(path)
+    check_spawnable(loaded.specs, str(loaded.path))
     chain_rules.check_file(str(loaded.path), loaded.specs)
     return loaded.specs, loaded.warnings(now)
 
@@ -194,6 +212,7 @@ def validate_file(path: str, now: datetime) -> tuple[list[JobSpec], list[str]]:
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
                force: bool = False) -> ApplyPlan:
     loaded = load_jobs_file(path)
+    check_spawnable(loaded.specs, str(loaded.path))
     source = str(loaded.path)
     now = ctx.clock.now()
     with ctx.store.transaction() as doc:

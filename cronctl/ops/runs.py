@@ -21,6 +21,7 @@ from cronctl.store.claims import Outcome, Owner
 from cronctl.store.leases import RunClaim
 
 if TYPE_CHECKING:
+    from cronctl.loop.heal import Liveness
     from cronctl.loop.scheduler import LoopOptions
 
 # --- history and logs ---------------------------------------------------------------
@@ -91,15 +92,26 @@ def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
     return str(answer["run_id"])
 
 
+# How long a run may be without a claim and without a record before --wait gives up:
+# its end is written to the store first, its record just after (or by the next loop).
+UNRECORDED_GRACE = 10.0
+
+
 def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) -> dict[str, Any]:
     clock = ctx.clock
     deadline = None if timeout is None else clock.monotonic() + timeout
+    unclaimed_since: float | None = None
     while deadline is None or clock.monotonic() < deadline:
         claim = ctx.leases.find_run(job, run_id)
         if claim is None:
             record = history.find_record(ctx.paths, job, run_id)
             if record is not None:
                 return record
+            if unclaimed_since is None:
+                unclaimed_since = clock.monotonic()
+            elif clock.monotonic() - unclaimed_since > UNRECORDED_GRACE:
+                raise CronctlError(f"run {run_id} of '{job}' ended without a record (it may never have started); "
+                                   f"see 'cronctl audit --job {job}'")
         elif not owner_alive(claim.owner.to_dict() if claim.owner else {}):
             raise CronctlError(f"the loop running {job} run {run_id} died; the next 'cronctl run' records it "
                                f"as lost (see 'cronctl status')")
@@ -110,10 +122,13 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
 def _force_here(ctx: Context, name: str) -> ForceResult:
     """No loop runs: this process claims, supervises and records the run with the loop's own engine."""
     from cronctl.loop.engine import build_engine, run_one
+    from cronctl.loop.heal import release_dead_claims
 
+    release_dead_claims(ctx, name, _liveness(ctx), kill_run_processes)
     engine = build_engine(ctx, _cli_owner())
     engine.supervisor.start()
     try:
+        engine.recover_pending()  # what a loop or force-run that died after a run's end still owed
         ran = run_one(engine, name)
     finally:
         engine.supervisor.shutdown("shutdown", wait=30)
@@ -121,7 +136,17 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
     if ran is None:
         raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
     record = ran.record or history.find_record(ctx.paths, name, ran.run_id)
+    if record is None:
+        raise CronctlError(f"run {ran.run_id} of '{name}' ended without a record; "
+                           f"see 'cronctl audit --job {name}'")
     return ForceResult(ran.run_id, False, record)
+
+
+def _liveness(ctx: Context) -> Liveness:
+    from cronctl.loop.heal import Liveness
+    from cronctl.proc.liveness import lease_checker
+
+    return Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
 
 
 def _cli_owner() -> Owner:
@@ -203,12 +228,11 @@ def run_loop(ctx: Context, options: LoopOptions) -> int:
 
 def release_stuck_runs(ctx: Context, names: list[str] | None) -> list[str]:
     """resume's first step: runs held by a dead or hung owner are killed and their claims released."""
-    from cronctl.loop.heal import Liveness, release_stuck_claims
-    from cronctl.proc.liveness import lease_checker
+    from cronctl.loop.heal import release_stuck_claims
 
     loop = loop_status(ctx.paths, ctx.clock.now())
     wedged_pid = loop.pid if loop.state == "wedged" else None
-    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
+    live = _liveness(ctx)
     jobs = names if names is not None else sorted(ctx.store.read()["jobs"])
     released: list[str] = []
     for job in jobs:

@@ -99,7 +99,49 @@ def preflight(req: RunRequest) -> tuple[dict[str, str], list[str]]:
     cwd = _check_cwd(req.cwd)
     if not isinstance(req.command, str):
         _check_executable(argv[0], env, cwd)
-    return env, _gate_argv(req.command, cwd)
+    gated = _gate_argv(req.command, cwd)
+    too_big = argument_problem(gated, env)
+    if too_big is not None:
+        # exec would fail with E2BIG: say why before forking anything.
+        raise SpawnError(errno.E2BIG, f"cannot start run {req.run_id} of {req.job}: {too_big}")
+    return env, gated
+
+
+# --- the kernel's argument limits (E2BIG) ---------------------------------------------
+
+# Linux refuses any one argument or environment string longer than 32 pages (MAX_ARG_STRLEN).
+MAX_ARG_STRLEN = 32 * 4096
+# What the gate adds around a command (its script, shell, name and directory), rounded up.
+GATE_OVERHEAD = 4096
+
+
+def argument_problem(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why exec would refuse this argv and environment with E2BIG, or None.
+
+    One string may hold at most MAX_ARG_STRLEN bytes; all of them together, with a
+    pointer each, at most the kernel's ARG_MAX (sysconf SC_ARG_MAX).
+    """
+    strings = [*argv, *(f"{key}={value}" for key, value in env.items())]
+    longest = max((len(text.encode("utf-8", "surrogateescape")) + 1 for text in strings), default=0)
+    if longest > MAX_ARG_STRLEN:
+        return (f"one argument is {longest - 1} bytes, over the kernel's limit of {MAX_ARG_STRLEN - 1} bytes "
+                "for a single argument (E2BIG); put the command in a script")
+    total = sum(len(text.encode("utf-8", "surrogateescape")) + 1 + 8 for text in strings)
+    limit = os.sysconf("SC_ARG_MAX")
+    if total > limit:
+        return (f"the command and its environment take {total} bytes, over the kernel's limit of {limit} "
+                "(E2BIG); put the command in a script or pass less environment")
+    return None
+
+
+def command_problem(command: str | tuple[str, ...], env: Mapping[str, str]) -> str | None:
+    """At definition time: whether `command` (with the job's `env`) could ever be exec'd.
+
+    Checked against the environment of this process as the run's base (the loop's is
+    the same in practice) and the gate's own arguments.
+    """
+    argv = ["-c", command] if isinstance(command, str) else list(command)
+    return argument_problem([*argv, "x" * GATE_OVERHEAD], {**os.environ, **env})
 
 
 def _command_argv(command: str | tuple[str, ...]) -> list[str]:

@@ -26,6 +26,10 @@ its audit rows and history records itself, after that transaction committed.
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -37,9 +41,11 @@ from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
 from cronctl.store import chains, history
 from cronctl.store import claims as claims_mod
+from cronctl.store import outbox
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
 from cronctl.store.jsonstore import Store
+from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.schema import bump_counter, claims_of, find_claim, job_of_run
 from cronctl.timefmt import from_iso, to_iso
 
@@ -78,6 +84,9 @@ class Refused:
     run_id: str
     outcome: Outcome | None
     event: Event  # the row that says why
+    # Record `outcome` every time, with `event` (a forced run whose spawn failed: whoever
+    # asked for it, perhaps with --wait, learns it from its record), not as a blocked config.
+    always_record: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,15 @@ class LeaseStore(Protocol):
 
     def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
 
+    # What must follow a run's end (store/outbox.py): delivered by the writer right after
+    # the commit; `settle` says an owed on_failure hook was started too; `deliver_pending`
+    # completes what a dead writer left (rows, records; the hooks it returns are the
+    # caller's to start, then settle).
+
+    def settle(self, runs: list[tuple[str, str]]) -> None: ...
+
+    def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]: ...
+
 
 class JsonLeaseStore:
     """`LeaseStore` over the JSON document: each method one `Store.transaction()`."""
@@ -166,11 +184,14 @@ class JsonLeaseStore:
         self.store = store
         self.audit = audit
         self.paths = paths
+        # Delivered entries of the outbox, dropped from the store by the next write made anyway.
+        self._settled: set[tuple[str, str]] = set()
+        self._settled_lock = threading.Lock()
 
     # --- claim ---------------------------------------------------------------------------
 
     def claim_due(self, now: datetime, owner: Owner, lease: Lease, capacity: int | None = None) -> ClaimBatch:
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             batch = claims_mod.claim_due(doc, now, owner, lease, capacity)
             chains.claim_ready(doc, now, owner, lease, batch, capacity)
         self._write(batch.events)
@@ -178,7 +199,7 @@ class JsonLeaseStore:
 
     def claim_ahead(self, now: datetime, horizon: datetime, owner: Owner, lease: Lease,
                     capacity: int | None = None) -> ClaimBatch:
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             batch = claims_mod.claim_ahead(doc, now, horizon, owner, lease, capacity)
             for new in batch.claims:
                 new.advanced_to = doc["jobs"][new.job]["state"].get("next_run_at")
@@ -186,7 +207,7 @@ class JsonLeaseStore:
         return batch
 
     def claim_force(self, job: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             batch = claims_mod.claim_force(doc, job, now, owner, lease)
         self._write(batch.events)
         return batch
@@ -194,7 +215,7 @@ class JsonLeaseStore:
     # --- the gate --------------------------------------------------------------------------
 
     def mark_dispatched(self, owner: Owner, runs: list[Dispatched], now: datetime) -> list[Dispatched]:
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             return claims_mod.mark_dispatched(doc, owner, runs, now)
 
     def release_held(self, owner: Owner, gates: list[HeldGate], lateness: list[float]) -> list[str]:
@@ -203,7 +224,7 @@ class JsonLeaseStore:
         Returns the run ids whose gates may open."""
         kept: list[str] = []
         events: list[Event] = []
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             for gate in gates:
                 why = _changed_since_claim(doc, gate, owner)
                 if why is not None:
@@ -220,7 +241,7 @@ class JsonLeaseStore:
 
     def unhold(self, runs: list[Unhold], why: str) -> int:
         events: list[Event] = []
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             for run in runs:
                 event = claims_mod.unhold(doc, run.job, run.run_id, run.advanced_to, why)
                 if event is not None:
@@ -233,32 +254,33 @@ class JsonLeaseStore:
         if not refused:
             return
         rows: list[Event] = []
-        records: list[dict[str, Any]] = []
-        with self.store.transaction() as doc:
+        recorded: list[tuple[list[Event], Finished]] = []
+        with self._tx() as doc:
             for item in refused:
                 state = doc["jobs"].get(item.job, {}).get("state", {})
-                if item.outcome is None or state.get("blocked") == item.outcome.output_tail:
+                if item.outcome is None or _blocked_again(item, item.outcome, state):
                     claims_mod.release(doc, item.job, item.run_id)
                     rows.append(item.event)
                     continue
                 done = claims_mod.finish(doc, item.job, item.run_id, owner, item.outcome, now)
-                state["blocked"] = item.outcome.output_tail
-                rows.extend(done.events)
-                if done.record:
-                    records.append(done.record)
+                if not item.always_record:
+                    state["blocked"] = item.outcome.output_tail
+                owed = [item.event, *done.events] if item.always_record else done.events
+                outbox.owe(doc, done, owed, hook=False)
+                recorded.append((owed, done))
         self._write(rows)
-        for record in records:
-            history.append_record(self.paths, record)
+        for owed, done in recorded:
+            self._deliver(owed, done)
 
     # --- leases ----------------------------------------------------------------------------
 
     def renew(self, owner: Owner, runs: dict[str, str], lease: Lease) -> list[str]:
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             return claims_mod.renew(doc, owner, runs, lease)
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int:
         adopted = 0
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             for run_id, job in runs.items():
                 claim = find_claim(doc, job, run_id)
                 if claim is not None and old.owns(claim):
@@ -276,20 +298,25 @@ class JsonLeaseStore:
         of its old logs. Raises if nothing could be written: the caller keeps the ends.
         """
         done_list: list[tuple[RunEnd, Finished]] = []
-        with self.store.transaction() as doc:
-            for end in ends:
-                job = end.job or job_of_run(doc, end.run_id)
-                done = claims_mod.finish(doc, job or "?", end.run_id, owner, end.outcome, now)
-                if not done.fenced:
-                    doc["jobs"][job]["state"].pop("blocked", None)
-                done_list.append((end, done))
-            _observe_all(doc, lateness or [])
-        for end, done in done_list:
-            self._write(done.events)
-            if done.record is not None:
-                done.record["log"] = end.log
-                history.append_record(self.paths, done.record)
-                history.prune_logs(self.paths, done.record["job"])
+        rev = self.store.last_written_rev
+        try:
+            with self._tx() as doc:
+                done_list.clear()
+                for end in ends:
+                    job = end.job or job_of_run(doc, end.run_id)
+                    done = claims_mod.finish(doc, job or "?", end.run_id, owner, end.outcome, now)
+                    if not done.fenced and done.record is not None:
+                        doc["jobs"][job]["state"].pop("blocked", None)
+                        done.record["log"] = end.log
+                        outbox.owe(doc, done, done.events, done.run_on_failure)
+                    done_list.append((end, done))
+                _observe_all(doc, lateness or [])
+        except Exception as exc:
+            if not self._committed_anyway(rev):
+                raise
+            print(f"cronctl: the store recorded {len(ends)} run end(s) but said: {exc}", file=sys.stderr)
+        for _, done in done_list:
+            self._deliver(done.events, done, settle=not done.run_on_failure)
         return [done for _, done in done_list]
 
     # --- recovery ------------------------------------------------------------------------------
@@ -299,7 +326,7 @@ class JsonLeaseStore:
         """Release a claim whose owner is gone as lost / not_started; fenced on the owner seen
         when it was judged broken, so a run that ended for real, or was reclaimed by someone
         else meanwhile, is left alone."""
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             current = find_claim(doc, job, run_id)
             if current is None or not _held_by(current, seen_owner):
                 return False
@@ -311,41 +338,43 @@ class JsonLeaseStore:
             )
             done = claims_mod.finish(doc, job, run_id, None, outcome, now)
             bump_counter(doc, "operator_release" if reason == "operator" else reason)
-        self._write([Event(AuditEvent.CLAIM_RECLAIMED, {
-            "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
-            "run_reason": outcome.reason, "processes_killed": processes_killed,
-            "owner_pid": seen_owner.pid if seen_owner is not None else None,
-        }), *done.events])
-        self._append(done)
+            rows = [Event(AuditEvent.CLAIM_RECLAIMED, {
+                "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
+                "run_reason": outcome.reason, "processes_killed": processes_killed,
+                "owner_pid": seen_owner.pid if seen_owner is not None else None,
+            }), *done.events]
+            outbox.owe(doc, done, rows, hook=False)
+        self._deliver(rows, done)
         return True
 
     def end_past_deadline(self, job: str, run_id: str, deadline_s: float, now: datetime,
                           processes_killed: int) -> bool:
         """A run past any deadline it could have: recorded timeout (the runner's own record wins)."""
         outcome = Outcome(RunStatus.TIMEOUT, "deadline_janitor", fault=Fault.JOB)
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             if find_claim(doc, job, run_id) is None:
                 return False  # the runner recorded it meanwhile: never overwrite a real ending
             done = claims_mod.finish(doc, job, run_id, None, outcome, now)
             bump_counter(doc, "deadline_terminated")
-        self._write([Event(AuditEvent.RECOVERY_DEADLINE_TERMINATED, {
-            "job": job, "run_id": run_id, "reason": "deadline_janitor", "deadline_s": round(deadline_s, 3),
-            "processes_killed": processes_killed,
-        }), *done.events])
-        self._append(done)
+            rows = [Event(AuditEvent.RECOVERY_DEADLINE_TERMINATED, {
+                "job": job, "run_id": run_id, "reason": "deadline_janitor", "deadline_s": round(deadline_s, 3),
+                "processes_killed": processes_killed,
+            }), *done.events]
+            outbox.owe(doc, done, rows, hook=False)
+        self._deliver(rows, done)
         return True
 
     def end_unsupervised(self, job: str, run_id: str, outcome: Outcome, now: datetime,
                          processes_killed: int) -> bool:
         """Record the end of a run no loop supervises (its processes already ended by the caller)."""
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             if find_claim(doc, job, run_id) is None:
                 return False
             done = claims_mod.finish(doc, job, run_id, None, outcome, now)
-        if done.events:
-            done.events[0].details["processes_killed"] = processes_killed
-        self._write(done.events)
-        self._append(done)
+            if done.events:
+                done.events[0].details["processes_killed"] = processes_killed
+            outbox.owe(doc, done, done.events, hook=False)
+        self._deliver(done.events, done)
         return True
 
     def rearm(self, job: str, now: datetime) -> bool:
@@ -353,7 +382,7 @@ class JsonLeaseStore:
 
         Marked either way, so one failure is re-armed (or judged not wedged) exactly once.
         """
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             entry = doc["jobs"].get(job)
             if entry is None:
                 return False
@@ -416,11 +445,47 @@ class JsonLeaseStore:
         claim_due (ready nodes are claimed there) and on every finish (triggers, skips).
         """
         chain_id = claims_mod.new_run_id(now)
-        with self.store.transaction() as doc:
+        with self._tx() as doc:
             events = chains.start_forced(doc, job, chain_id, now)
             jobs = list(doc["chains"][chain_id]["nodes"])
         self._write(events)
         return chain_id, jobs
+
+    # --- the outbox: what must follow a run's end -----------------------------------------------------
+
+    def settle(self, runs: list[tuple[str, str]]) -> None:
+        """These runs' pending entries are delivered (hook included): the next write drops them."""
+        with self._settled_lock:
+            self._settled.update(runs)
+
+    def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]:
+        """Complete what writers that died left pending: their rows and records now (once),
+        their owed hooks returned for the caller to start and `settle`. `doc`: a recent
+        read, for the cheap look (the loop passes its cached one)."""
+        if not outbox.orphaned(doc if doc is not None else self.store.read(), writer_alive):
+            return []
+        with self._tx() as current:
+            # Again under the lock: two processes recovering at once never deliver one entry twice.
+            found = outbox.orphaned(current, writer_alive)
+            return outbox.deliver_orphans(current, found, self.audit, self.paths)
+
+    @contextmanager
+    def _tx(self) -> Iterator[dict[str, Any]]:
+        """A store transaction that also drops the outbox entries delivered since the last one."""
+        with self._settled_lock:
+            settled = set(self._settled)
+        with self.store.transaction() as doc:
+            yield doc
+            if settled:
+                outbox.drop(doc, settled)
+        with self._settled_lock:
+            self._settled -= settled
+
+    def _committed_anyway(self, rev_before: int | None) -> bool:
+        """Whether a transaction that raised had put its document in place (a failed directory
+        fsync comes after the rename): what follows the commit is then still owed now."""
+        after = self.store.last_written_rev
+        return after is not None and after != rev_before
 
     # --- after the commit --------------------------------------------------------------------------
 
@@ -428,9 +493,15 @@ class JsonLeaseStore:
         for event in events:
             self.audit.append(event.name, **event.details)
 
-    def _append(self, done: Finished) -> None:
-        if done.record is not None:
-            history.append_record(self.paths, done.record)
+    def _deliver(self, rows: list[Event], done: Finished, settle: bool = True) -> None:
+        """The rows and record of a committed end (pending in the store until settled)."""
+        self._write(rows)
+        if done.record is None:
+            return
+        history.append_record(self.paths, done.record)
+        history.prune_logs(self.paths, done.record["job"])
+        if settle:
+            self.settle([(done.record["job"], done.record["run_id"])])
 
 
 def run_claim(job: str, claim: dict[str, Any]) -> RunClaim:
@@ -441,6 +512,11 @@ def run_claim(job: str, claim: dict[str, Any]) -> RunClaim:
         dispatched=bool(claim.get("dispatched")), child=claim.get("child"),
         kill_grace=claim.get("kill_grace"), lease_until=claim.get("lease_until"),
     )
+
+
+def _blocked_again(item: Refused, outcome: Outcome, state: dict[str, Any]) -> bool:
+    """A blocked config already recorded as it is now: released without another record."""
+    return not item.always_record and state.get("blocked") == outcome.output_tail
 
 
 def _held_by(claim: dict[str, Any], owner: Owner | None) -> bool:
