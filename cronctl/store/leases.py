@@ -39,9 +39,8 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
-from cronctl.store import chains, history
+from cronctl.store import chains, history, outbox
 from cronctl.store import claims as claims_mod
-from cronctl.store import outbox
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
 from cronctl.store.jsonstore import Store
