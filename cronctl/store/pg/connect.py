@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 
 from cronctl.clock import Clock
 from cronctl.errors import StoreError
@@ -27,7 +28,7 @@ CONNECT_TIMEOUT_S = 3
 # the kernel's TCP retransmission timeout of many minutes.
 TCP_USER_TIMEOUT_MS = 10_000
 
-Connection = psycopg.Connection[tuple[object, ...]]
+Connection = psycopg.Connection[TupleRow]
 
 
 class StoreUnreachableError(StoreError):
