@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pgserver
 import psycopg
 import pytest
+
+from cronctl.store.pg.connect import Connection, connect, parse_store_url
 
 
 def _unavailable(reason: str) -> None:
@@ -59,3 +61,32 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def store_url(pg_url: str) -> str:
+    """A fresh database with cronctl's schema in place."""
+    from cronctl.store.pg.schema import ensure_schema
+
+    with connect(parse_store_url(pg_url)) as conn:
+        ensure_schema(conn)
+    return pg_url
+
+
+@pytest.fixture
+def connections(store_url: str) -> Iterator[Callable[[], Connection]]:
+    """Open as many connections to the migrated database as a test needs; all closed after it."""
+    opened: list[Connection] = []
+
+    def open_one() -> Connection:
+        opened.append(connect(parse_store_url(store_url)))
+        return opened[-1]
+
+    yield open_one
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def conn(connections: Callable[[], Connection]) -> Connection:
+    return connections()
