@@ -221,7 +221,8 @@ def test_an_expired_claim_never_gated_is_reclaimed_as_not_started(conn: Connecti
     claimed = claim_due(conn, make_loop("host-a"), EXPIRED).claimed[0]
     found = reclaim_expired(conn, make_loop("host-b"), margin_s=5.0)
     assert [(r.fence, r.status, r.host_id) for r in found] == [(claimed.fence, RunStatus.NOT_STARTED, "host-a")]
-    assert one(conn, "SELECT reason FROM cronctl_runs WHERE fence = %s", claimed.fence) == "run_claimed_without_dispatch"
+    reason = one(conn, "SELECT reason FROM cronctl_runs WHERE fence = %s", claimed.fence)
+    assert reason == "run_claimed_without_dispatch"
     assert audit_events(conn, "backup")[-1] == ("claim.reclaimed", "lease_expired")
     assert reclaim_expired(conn, make_loop("host-b"), margin_s=5.0) == []
 
