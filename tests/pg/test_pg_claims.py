@@ -274,3 +274,28 @@ def test_audit_rows_roll_back_with_the_decision(connections: Callable[[], Connec
     assert one(conn, "SELECT count(*) FROM cronctl_audit WHERE event = 'run.claimed'") == 0
     assert one(conn, "SELECT count(*) FROM cronctl_runs") == 0
     assert len(claim_due(connections(), make_loop(), LEASE).claimed) == 1
+
+
+# --- the hot queries use their indexes ---------------------------------------------------------
+
+
+def _plan(conn: Connection, query: str, params: dict[str, object] | tuple[object, ...]) -> str:
+    with conn.transaction():
+        # Tiny test tables would be scanned whole anyway; what matters is whether the index *can* bound the scan.
+        conn.execute("SET LOCAL enable_seqscan = off")
+        rows = conn.execute(f"EXPLAIN {query}", params).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def test_the_due_query_range_scans_the_due_index(conn: Connection) -> None:
+    from cronctl.store.pg.claims import _DUE
+
+    plan = _plan(conn, _DUE + " FOR UPDATE SKIP LOCKED", (100,))
+    assert "Index Scan on cronctl_jobs_due" in plan and "next_run_at <= $0" in plan
+
+
+def test_the_expired_lease_query_range_scans_the_lease_index(conn: Connection) -> None:
+    from cronctl.store.pg.claims import _EXPIRED
+
+    plan = _plan(conn, f"SELECT fence FROM cronctl_runs WHERE {_EXPIRED}", {"margin": 5.0})
+    assert "cronctl_runs_lease" in plan and "Index Cond: (lease_expires_at <" in plan

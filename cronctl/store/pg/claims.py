@@ -133,8 +133,10 @@ def heartbeat(conn: Connection, me: LoopIdentity) -> datetime:
 
 # --- claim -------------------------------------------------------------------------------
 
+# clock_timestamp() is volatile: read once in a sub-select, it becomes a parameter the
+# due index can range-scan on, instead of a filter evaluated on every job row.
 _DUE = """SELECT name, spec, next_run_at, clock_timestamp() FROM cronctl_jobs
-           WHERE NOT paused AND next_run_at <= clock_timestamp()
+           WHERE NOT paused AND next_run_at IS NOT NULL AND next_run_at <= (SELECT clock_timestamp())
            ORDER BY next_run_at LIMIT %s"""
 
 # The compare-and-set: the row must still be as read (next_run_at) and the slot above the
@@ -401,7 +403,8 @@ _RECLAIM = f"""UPDATE cronctl_runs AS r SET
                WHERE r.fence = picked.fence AND r.state IN {_LIVE}
                RETURNING r.run_id, r.job, r.fence, r.state, r.host_id, r.pid, r.pid_start, r.slot, r.loop_id"""
 
-_EXPIRED = f"state IN {_LIVE} AND lease_expires_at < clock_timestamp() - make_interval(secs => %(margin)s)"
+# As in _DUE: the sub-select lets the lease index range-scan instead of filtering every live run.
+_EXPIRED = f"state IN {_LIVE} AND lease_expires_at < (SELECT clock_timestamp()) - make_interval(secs => %(margin)s)"
 _OWNED_HERE = f"state IN {_LIVE} AND fence = ANY(%(fences)s) AND host_id = %(host_id)s"
 
 
