@@ -7,9 +7,10 @@ due index and claims), `mark_dispatched` (the gate) and `finish`, each one trans
 Prints the median and p90 of each step and of the three together, per size.
 
 The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
-stopped at the end.
+stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
+production server does.
 
-Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200]
+Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync]
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ SUCCESS = Outcome(RunStatus.SUCCESS, None, exit_code=0, duration=0.01, output_ta
 
 
 @contextmanager
-def server_url() -> Iterator[str]:
+def server_url(fsync: bool) -> Iterator[str]:
     given = os.environ.get("CRONCTL_TEST_PG_URL")
     if given:
         yield given
         return
-    server = pgserver.start()
+    server = pgserver.start(fsync=fsync)
     try:
         yield server.url
     finally:
@@ -116,8 +117,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--fsync", action="store_true", help="a throwaway server that flushes its WAL to disk")
     args = parser.parse_args()
-    with server_url() as url:
+    with server_url(args.fsync) as url:
         print(f"{'jobs':>8} {'step':>9} {'median ms':>10} {'p90 ms':>8}")
         for size in (int(s) for s in args.sizes.split(",")):
             times = measure(url, size, args.rounds)

@@ -25,3 +25,9 @@ def test_the_server_is_postgresql_15_or_newer(pg_url: str) -> None:
 def test_stop_refuses_a_directory_the_script_did_not_make(capsys: pytest.CaptureFixture[str]) -> None:
     assert pgserver.main(["stop", "/var/lib/postgresql"]) == 1
     assert "not a directory this script made" in capsys.readouterr().err
+
+
+def test_only_ci_fails_when_no_server_can_be_started() -> None:
+    assert pgserver.must_fail_without_server({"CI": "true"})
+    assert not pgserver.must_fail_without_server({"CI": ""})
+    assert not pgserver.must_fail_without_server({})
