@@ -1,7 +1,8 @@
 """Runs spoken in leases, in SQL: claim, gate, renew, finish, reclaim, release (MULTIHOST §3–§4).
 
 Every function is one short READ COMMITTED transaction on the caller's connection that
-spawns nothing, and writes the audit rows of its decisions inside that transaction.
+spawns nothing (`short_transaction`: its time limits are set inside it), and writes the
+audit rows of its decisions inside that transaction.
 PostgreSQL arbitrates between loops on any number of hosts:
 
 - a slot fires once: the job row's high-water mark `last_slot` advances by compare-and-set
@@ -35,6 +36,7 @@ from cronctl.schedule.slots import Overdue, collect_due, fire_at, starting_deadl
 from cronctl.store.claims import FAILED_FOR_RETRY, Outcome, new_run_id
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.transaction import short_transaction
 
 # SPEC §9: at least 64 KiB of each run's output is kept with the run.
 OUTPUT_TAIL_CHARS = 64 * 1024
@@ -113,7 +115,7 @@ class Reclaimed:
 
 
 def register_loop(conn: Connection, me: LoopIdentity) -> None:
-    with conn.transaction():
+    with short_transaction(conn):
         conn.execute("INSERT INTO cronctl_loops (loop_id, host_id, boot_id, pid, pid_start)"
                      " VALUES (%s, %s, %s, %s, %s)", (me.loop_id, me.host_id, me.boot_id, me.pid, me.pid_start))
         write_audit(conn, [AuditRow(AuditEvent.SCHEDULER_STARTED, details={"pid": me.pid, "boot_id": me.boot_id})],
@@ -122,7 +124,7 @@ def register_loop(conn: Connection, me: LoopIdentity) -> None:
 
 def heartbeat(conn: Connection, me: LoopIdentity) -> datetime:
     """Stamp the loop alive on the database clock; returns that stamp."""
-    with conn.transaction():
+    with short_transaction(conn):
         row = conn.execute("UPDATE cronctl_loops SET heartbeat_at = clock_timestamp() WHERE loop_id = %s"
                            " RETURNING heartbeat_at", (me.loop_id,)).fetchone()
     if row is None:
@@ -173,7 +175,7 @@ class DueJob:
 
 def claim_due(conn: Connection, me: LoopIdentity, lease_s: float, limit: int = DEFAULT_CLAIM_LIMIT) -> ClaimBatch:
     """Claim every due job (up to `limit`) that no other loop is claiming right now, in one transaction."""
-    with conn.transaction():
+    with short_transaction(conn):
         return claim_read(conn, me, read_due(conn, limit), lease_s)
 
 
@@ -232,7 +234,7 @@ def _claim_slot(conn: Connection, me: LoopIdentity, spec: JobSpec, seen: datetim
 def claim_force(conn: Connection, me: LoopIdentity, job: str, lease_s: float) -> Claimed | None:
     """A fire outside the schedule: no slot, next_run_at untouched, the same overlap rules."""
     audit: list[AuditRow] = []
-    with conn.transaction():
+    with short_transaction(conn):
         row = conn.execute("SELECT spec, clock_timestamp() FROM cronctl_jobs WHERE name = %s FOR UPDATE",
                            (job,)).fetchone()
         if row is None:
@@ -296,7 +298,7 @@ def mark_dispatched(conn: Connection, me: LoopIdentity, gates: list[Gate], lease
     """
     if not gates:
         return frozenset()
-    with conn.transaction():
+    with short_transaction(conn):
         rows = conn.execute(_GATE, (lease_s, [g.fence for g in gates], [g.pid for g in gates],
                                     [g.pid_start for g in gates], me.loop_id)).fetchall()
         write_audit(conn, [AuditRow(AuditEvent.RUN_STARTED, job=job, run_id=run_id, slot=slot, fence=fence,
@@ -314,7 +316,7 @@ def renew(conn: Connection, me: LoopIdentity, fences: list[int], lease_s: float)
     """Extend the leases of the runs this loop supervises; the ones it no longer holds are `lost`."""
     if not fences:
         return Renewal(frozenset(), frozenset())
-    with conn.transaction():
+    with short_transaction(conn):
         held = frozenset(row[0] for row in conn.execute(_RENEW, (lease_s, me.loop_id, fences)))
         lost = frozenset(fences) - held
         if lost:
@@ -338,7 +340,7 @@ _FINISH = f"""UPDATE cronctl_runs SET state = %(status)s, reason = %(reason)s, f
 
 def finish(conn: Connection, me: LoopIdentity, fence: int, outcome: Outcome) -> Finish:
     """The fenced terminal write: refused (and audited `run.fenced`) unless this loop still holds `fence`."""
-    with conn.transaction():
+    with short_transaction(conn):
         row = conn.execute(_FINISH, {
             "status": outcome.status.value, "reason": outcome.reason, "fault": outcome.fault or _fault(outcome.status),
             "exit_code": outcome.exit_code, "signal": outcome.signal, "tail": outcome.output_tail[-OUTPUT_TAIL_CHARS:],
@@ -376,7 +378,7 @@ def _fenced_row(conn: Connection, fence: int, outcome: Outcome, me: LoopIdentity
 
 def release(conn: Connection, me: LoopIdentity, fence: int, reason: str = "spawn_failed") -> bool:
     """A claimed run whose child could not be spawned: `not_started`, the next slot fires normally."""
-    with conn.transaction():
+    with short_transaction(conn):
         row = conn.execute("""UPDATE cronctl_runs SET state = 'not_started', reason = %s, fault = 'platform',
                                   ended_at = clock_timestamp(), lease_expires_at = NULL
                                WHERE fence = %s AND loop_id = %s AND state = 'claimed'
@@ -423,7 +425,7 @@ def reclaim_dead_owner(conn: Connection, me: LoopIdentity, fences: list[int]) ->
 
 
 def _reclaim(conn: Connection, me: LoopIdentity, which: str, params: dict[str, Any], reason: str) -> list[Reclaimed]:
-    with conn.transaction():
+    with short_transaction(conn):
         # `which` is one of this module's constant predicates, never user text.
         rows = conn.execute(_RECLAIM.format(which=which), params).fetchall()
         found = [Reclaimed(run_id, job, fence, RunStatus(state), host, pid, pid_start)
