@@ -89,7 +89,8 @@ def burst(k: int, results: Path) -> str:
 
 def _release(k: int, cancel: bool) -> tuple[float, list[float]]:
     """Children's CPU (getrusage) for K gated children released (or cancelled) at once."""
-    from cronctl.proc.supervisor import RunRequest, Supervisor
+    from cronctl.proc.spawn import RunRequest
+    from cronctl.proc.supervisor import Supervisor
 
     work = new_workdir("prof-children")
     ledger = work / "ledger"

@@ -39,7 +39,7 @@ class FakeSupervisor:
         pass
 
     def spawn_gated(self, req: Any) -> Any:
-        from cronctl.proc.supervisor import Spawned
+        from cronctl.proc.spawn import Spawned
 
         self.runs.add(req.run_id)
         return Spawned(req.run_id, next(self._pids), 1.0)
@@ -87,7 +87,7 @@ def _timed(fn: Any) -> float:
 
 
 def result_for(run_id: str) -> Any:
-    from cronctl.proc.supervisor import RunResult
+    from cronctl.proc.run import RunResult
 
     return RunResult(run_id=run_id, status="success", exit_code=0, signal=None, reason=None, started_mono=1.0,
                      ended_mono=1.5, duration=0.5, output_tail="ok\n", log_truncated=False, leftovers_killed=0)

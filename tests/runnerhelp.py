@@ -8,7 +8,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cronctl.proc.supervisor import RunRequest, RunResult
+from cronctl.proc.run import RunResult
+from cronctl.proc.spawn import RunRequest
 
 
 class Results:
@@ -33,7 +34,8 @@ class Results:
 
 def request(tmp_path: Path, command: str | tuple[str, ...], **overrides: Any) -> RunRequest:
     run_id = overrides.pop("run_id", None) or uuid.uuid4().hex
-    env = {"CRONCTL_JOB": "job", "CRONCTL_RUN_ID": run_id, "CRONCTL_SLOT": "2026-01-01T00:00:00+00:00", "CRONCTL_ATTEMPT": "1"}
+    env = {"CRONCTL_JOB": "job", "CRONCTL_RUN_ID": run_id, "CRONCTL_SLOT": "2026-01-01T00:00:00+00:00",
+           "CRONCTL_ATTEMPT": "1"}
     env.update(overrides.pop("env", {}))
     fields: dict[str, Any] = {
         "run_id": run_id,

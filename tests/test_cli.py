@@ -560,6 +560,19 @@ def test_next_across_the_spring_gap_fires_once_at_the_end_of_the_gap(cli: Cli) -
     )
 
 
+def test_next_of_wildcard_schedules_skips_the_gap_and_fires_in_both_folds(cli: Cli) -> None:
+    # Debian's rule: a minute or hour field that begins with `*` follows the clock as it runs.
+    cli("add", "half", "--cron", "30 * * * *", "--tz", "Europe/Berlin", "--", "true")
+    cli("add", "quarters", "--cron", "*/16 2 * * *", "--tz", "Europe/Berlin", "--", "true")
+    spring = cli("next", "half", "-n", "3", "--from", "2026-03-29T01:00:00+01:00", "--json").json()
+    assert [fire["local"] for fire in spring["jobs"][0]["fires"]] == [
+        "2026-03-29T01:30:00+01:00", "2026-03-29T03:30:00+02:00", "2026-03-29T04:30:00+02:00"]
+    autumn = cli("next", "quarters", "-n", "5", "--from", "2026-10-25T01:00:00+02:00", "--json").json()
+    assert [fire["local"] for fire in autumn["jobs"][0]["fires"]] == [
+        "2026-10-25T02:00:00+02:00", "2026-10-25T02:16:00+02:00", "2026-10-25T02:32:00+02:00",
+        "2026-10-25T02:48:00+02:00", "2026-10-25T02:00:00+01:00"]
+
+
 def test_next_json_gives_each_instant_in_the_jobs_zone_and_in_utc(cli: Cli) -> None:
     cli("add", "dst", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--", "true")
     result = cli("next", "dst", "-n", "2", "--from", "2026-03-29T00:00:00Z", "--json")

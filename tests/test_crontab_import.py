@@ -291,3 +291,21 @@ def test_cli_reads_standard_input(tmp_path: Path, home: Path) -> None:
 def test_cli_missing_file_is_an_error_naming_it(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("import-crontab", "/nonexistent/crontab")
     assert result.code == 1 and "/nonexistent/crontab" in result.err
+
+
+def test_a_gap_that_skips_several_wall_times_of_a_fixed_time_job_is_noted_because_debian_runs_each() -> None:
+    text = ("CRON_TZ=Europe/Berlin\n"
+            "0,30 2 * * * backup\n"  # fixed-time, two wall times in the 02:00-02:59 gap
+            "30 2 * * * single\n"  # one wall time: Debian's cron and cronctl both run it once at 03:00
+            "*/30 2 * * * wild\n"  # wildcard: neither runs the skipped wall times
+            "CRON_TZ=UTC\n"
+            "0,30 2 * * * other\n")  # UTC has no gap
+    result = import_crontab(text, "x", now=datetime(2026, 12, 2, tzinfo=UTC))
+    assert [job.entry["cron"] for job in result.jobs] == ["0,30 2 * * *", "30 2 * * *", "*/30 2 * * *",
+                                                          "0,30 2 * * *"]
+    assert [(note.line, note.message) for note in result.notes] == [(2, (
+        "DST gap in Europe/Berlin (02:00-02:59 on 2027-03-28): Debian's cron runs this job once for each "
+        "skipped wall time (02:00, 02:30: 2 runs, one after another just after the change); cronctl fires "
+        "once, at the end of the gap"))]
+    # The schedule is kept as written, so whether it is fixed-time (Debian's DST rule) is too.
+    assert [parse_cron(job.entry["cron"]).fixed_time for job in result.jobs] == [True, True, False, True]

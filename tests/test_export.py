@@ -218,6 +218,10 @@ def test_the_or_rule_becomes_two_oncalendar_lines_and_and_stays_one() -> None:
 
 DST_GAP = ("30 2 * * *", "Europe/Berlin", datetime(2027, 3, 20, tzinfo=UTC))
 DST_FOLD = ("*/30 * * * *", "Europe/Berlin", datetime(2027, 10, 30, 22, 0, tzinfo=UTC))
+# Wildcards (minute or hour begins with `*`) follow the clock in cronctl as in Debian's cron: in a gap
+# they skip the missing wall times as systemd does; in a fold they fire in both passes, systemd in one.
+WILDCARD_GAP = ("30 * * * *", "Europe/Berlin", datetime(2027, 3, 27, 22, 0, tzinfo=UTC))
+WILDCARD_MINUTE_FOLD = ("*/16 2 * * *", "Europe/Berlin", datetime(2027, 10, 30, 22, 0, tzinfo=UTC))
 
 
 def test_a_dst_gap_slot_is_reported_because_systemd_skips_it() -> None:
@@ -230,7 +234,7 @@ def test_a_dst_gap_slot_is_reported_because_systemd_skips_it() -> None:
     assert evaluator_fires(timer_lines(spec(cron=expr, timezone=tz)), start, 19) == [t for t in ours if t != gap_slot]
 
 
-def test_a_dst_fold_is_reported_for_wildcard_hours_because_systemd_fires_once() -> None:
+def test_a_dst_fold_is_reported_for_wildcard_schedules_because_systemd_fires_once() -> None:
     expr, tz, start = DST_FOLD
     result = export_jobs([spec(cron=expr, timezone=tz)], "systemd", start)
     assert any("DST fold" in note for note in result.notes["job"])
@@ -241,9 +245,31 @@ def test_a_dst_fold_is_reported_for_wildcard_hours_because_systemd_fires_once() 
     assert theirs == [t for t in ours if t not in second_pass]
 
 
+def test_a_wildcard_schedule_in_a_gap_gets_no_note_because_systemd_also_skips_those_wall_times() -> None:
+    expr, tz, start = WILDCARD_GAP
+    result = export_jobs([spec(cron=expr, timezone=tz)], "systemd", start)
+    assert not any("DST gap" in note for note in result.notes["job"])
+    ours = cronctl_fires(expr, tz, start, 6)
+    assert datetime(2027, 3, 28, 1, 0, tzinfo=UTC) not in ours  # 03:00 CEST: nothing to catch up
+    assert evaluator_fires(timer_lines(spec(cron=expr, timezone=tz)), start, 6) == ours
+
+
+def test_a_wildcard_minute_under_a_fixed_hour_gets_the_fold_note_for_systemd() -> None:
+    expr, tz, start = WILDCARD_MINUTE_FOLD
+    result = export_jobs([spec(cron=expr, timezone=tz)], "systemd", start)
+    assert [note for note in result.notes["job"] if "DST" in note] == [
+        "DST fold in Europe/Berlin (02:00-02:59 on 2027-10-31): cronctl fires this wildcard schedule (minute "
+        "or hour begins with '*') at the repeated wall times in both passes, as Debian's cron does; systemd "
+        "fires each once, in the first pass"]
+    ours = cronctl_fires(expr, tz, start, 9)
+    assert len([t for t in ours if t.date() == date(2027, 10, 31)]) == 8
+    theirs = evaluator_fires(timer_lines(spec(cron=expr, timezone=tz)), start, 5)
+    assert theirs == ours[:4] + ours[8:9]
+
+
 @needs_systemd
 def test_systemd_analyze_agrees_with_the_dst_differences_we_report() -> None:
-    for expr, tz, start in (DST_GAP, DST_FOLD):
+    for expr, tz, start in (DST_GAP, DST_FOLD, WILDCARD_GAP, WILDCARD_MINUTE_FOLD):
         lines = timer_lines(spec(cron=expr, timezone=tz))
         assert systemd_fires(lines, start, 15) == evaluator_fires(lines, start, 15)
 
@@ -371,6 +397,31 @@ def test_crontab_lines_read_back_by_the_importer_fire_as_before(expr: str, tz: s
     assert [it.get_next(datetime).astimezone(UTC) for _ in range(30)] == cronctl_fires(expr, tz, start, 30)
 
 
+@pytest.mark.parametrize("expr", ["*/15 2 * * *", "30 0-23 * * *", "0 */3 * * *", "0,30 */30,2 * * *",
+                                  "@hourly", "@daily", "0-59/20 1-3 * * *"])
+def test_crontab_lines_keep_whether_minute_and_hour_begin_with_a_star(expr: str) -> None:
+    # Debian's cron picks its DST rule by that first character: `*/15 2` is a wildcard, `0-45/15 2`
+    # would be fixed-time and fire once in the fold.
+    result = export_jobs([spec(cron=expr, timezone="Europe/Berlin")], "crontab", NOW)
+    (job,) = import_crontab(result.files[0].text, "export", default_zone="UTC").jobs
+    assert parse_cron(job.entry["cron"]).fixed_time is parse_cron(expr).fixed_time
+    for start in (datetime(2027, 3, 27, 20, 0, tzinfo=UTC), datetime(2027, 10, 30, 20, 0, tzinfo=UTC)):
+        assert cronctl_fires(job.entry["cron"], "Europe/Berlin", start, 40) == \
+            cronctl_fires(expr, "Europe/Berlin", start, 40)
+
+
+def test_crontab_export_notes_where_debian_runs_a_job_once_per_skipped_wall_time() -> None:
+    jobs = [spec("twice", cron="0,30 2 * * *", timezone="Europe/Berlin"),
+            spec("once", cron="30 2 * * *", timezone="Europe/Berlin"),
+            spec("wild", cron="*/30 2 * * *", timezone="Europe/Berlin")]
+    result = export_jobs(jobs, "crontab", NOW)
+    assert [note for note in result.notes["twice"] if "DST" in note] == [
+        "DST gap in Europe/Berlin (02:00-02:59 on 2027-03-28): Debian's cron runs this job once for each "
+        "skipped wall time (02:00, 02:30: 2 runs, one after another just after the change); cronctl fires "
+        "once, at the end of the gap"]
+    assert not any("DST" in note for note in result.notes["once"] + result.notes["wild"])
+
+
 def test_crontab_command_carries_cwd_env_jitter_timeout_and_overlap() -> None:
     job = spec("backup", command="echo 100% > out", cron="0 3 * * *", cwd="/srv/x y", env={"A": "1 2"},
                timeout=90.0, kill_grace=5.0, jitter=10.0)
@@ -451,6 +502,17 @@ def test_cronjob_schedule_fires_when_cronctl_fires(expr: str, tz: str, start: da
     # croniter's default day rule is the Kubernetes library's: only a bare `*` is unrestricted.
     it = croniter(schedule, start.astimezone(ZoneInfo(zone)))
     assert [it.get_next(datetime).astimezone(UTC) for _ in range(30)] == cronctl_fires(expr, tz, start, 30)
+
+
+def test_kubernetes_gets_dst_notes_for_fixed_time_schedules_only() -> None:
+    # robfig/cron steps hours in elapsed time: it skips a gap's wall times (as Debian's rule does for
+    # wildcards) and may meet a repeated hour twice (as Debian's rule does for wildcards only).
+    def dst(expr: str) -> list[str]:
+        result = export_jobs([spec(cron=expr, timezone="Europe/Berlin")], "kubernetes", NOW)
+        return [note.split(" (")[0] for note in result.notes["job"] if "DST" in note]
+
+    assert dst("30 2 * * *") == ["DST gap in Europe/Berlin", "DST fold in Europe/Berlin"]
+    assert dst("*/16 2 * * *") == []
 
 
 def test_cronjob_fields_map_from_the_job() -> None:

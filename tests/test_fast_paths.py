@@ -12,7 +12,9 @@ import pytest
 
 from cronctl.proc import identity as procs
 from cronctl.paths import Paths, open_home
-from cronctl.proc.supervisor import RunRequest, RunResult, Supervisor
+from cronctl.proc.run import RunResult
+from cronctl.proc.spawn import RunRequest
+from cronctl.proc.supervisor import Supervisor
 from cronctl.store.jsonstore import Store, serialize
 
 

@@ -31,7 +31,8 @@ from cronctl.clock import FakeClock
 from cronctl.context import Context
 from cronctl.loop.engine import Engine
 from cronctl.errors import StoreError
-from cronctl.proc.supervisor import Supervisor, spawn_session
+from cronctl.proc.spawn import spawn_session
+from cronctl.proc.supervisor import Supervisor
 from cronctl.store.jsonstore import Store
 from cronctl.timefmt import from_iso, to_iso
 from tests.conftest import cronctl_bin, subprocess_env

@@ -14,7 +14,9 @@ import psutil
 import pytest
 
 from cronctl.proc import identity as procs
+from cronctl.proc.find import find_run_processes
 from cronctl.proc.identity import ProcIdentity
+from cronctl.proc.kill import terminate_run
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +26,7 @@ def run_id() -> Iterator[str]:
     """A fresh run id; whatever still carries it at the end is killed."""
     rid = uuid.uuid4().hex
     yield rid
-    for proc in procs.find_run_processes(rid):
+    for proc in find_run_processes(rid):
         try:
             proc.kill()
         except psutil.NoSuchProcess:
@@ -37,7 +39,10 @@ def run_env(run_id: str) -> dict[str, str]:
 
 def start(args: list[str], run_id: str | None = None, **kwargs: object) -> subprocess.Popen[bytes]:
     env = run_env(run_id) if run_id else dict(os.environ)
-    return subprocess.Popen(args, env=env, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
+        args, env=env, start_new_session=True, **kwargs
+    )
+    return proc
 
 
 def wait_until(predicate: object, timeout: float) -> bool:
@@ -124,8 +129,8 @@ def test_a_setsid_escapee_is_found_by_its_environment(run_id: str) -> None:
     shell.wait()
     # It left the run's session (setsid(1) may take a moment to get there).
     assert wait_until(lambda: os.getsid(escapee) == escapee, 5)
-    assert escapee in pids(procs.find_run_processes(run_id))
-    assert escapee in pids(procs.find_run_processes(run_id, root))
+    assert escapee in pids(find_run_processes(run_id))
+    assert escapee in pids(find_run_processes(run_id, root))
 
 
 def test_the_root_and_its_descendants_are_found_even_without_the_variable(run_id: str) -> None:
@@ -134,10 +139,10 @@ def test_the_root_and_its_descendants_are_found_even_without_the_variable(run_id
         root = procs.identify(shell.pid)
         assert wait_until(lambda: len(psutil.Process(shell.pid).children()) == 1, 5)
         child = psutil.Process(shell.pid).children()[0].pid
-        assert procs.find_run_processes(run_id) == [psutil.Process(shell.pid)]
-        assert pids(procs.find_run_processes(run_id, root)) == {shell.pid, child}
+        assert find_run_processes(run_id) == [psutil.Process(shell.pid)]
+        assert pids(find_run_processes(run_id, root)) == {shell.pid, child}
     finally:
-        procs.terminate_run(run_id, procs.identify(shell.pid), 1.0)
+        terminate_run(run_id, procs.identify(shell.pid), 1.0)
         shell.wait()
 
 
@@ -151,10 +156,10 @@ def test_session_members_are_found_after_the_root_died(run_id: str) -> None:
     assert wait_until(lambda: psutil.Process(orphan).name() == "sleep", 5)
     try:
         # Reparented, no variable: only its session ties it to the run.
-        assert procs.find_run_processes(run_id) == []
-        assert pids(procs.find_run_processes(run_id, root)) == {orphan}
+        assert find_run_processes(run_id) == []
+        assert pids(find_run_processes(run_id, root)) == {orphan}
     finally:
-        procs.terminate_run(run_id, root, 1.0)
+        terminate_run(run_id, root, 1.0)
     assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE
 
 
@@ -162,9 +167,9 @@ def test_processes_of_another_run_are_not_found(run_id: str) -> None:
     other = uuid.uuid4().hex
     sleeper = start(["sleep", "30"], other)
     try:
-        assert wait_until(lambda: procs.find_run_processes(other) != [], 5)
-        assert procs.find_run_processes(run_id) == []
-        assert procs.find_run_processes(run_id[:-1]) == []  # no prefix matches
+        assert wait_until(lambda: find_run_processes(other) != [], 5)
+        assert find_run_processes(run_id) == []
+        assert find_run_processes(run_id[:-1]) == []  # no prefix matches
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -181,8 +186,8 @@ def test_terminate_run_never_signals_a_process_that_reuses_the_root_pid(run_id: 
         real = procs.identify(victim.pid)
         assert real is not None
         stale = ProcIdentity(victim.pid, real.start_time - 100)
-        assert procs.find_run_processes(run_id, stale) == []
-        report = procs.terminate_run(run_id, stale, 0.3)
+        assert find_run_processes(run_id, stale) == []
+        report = terminate_run(run_id, stale, 0.3)
         assert (report.terminated, report.killed) == (0, 0)
         time.sleep(0.1)
         assert victim.poll() is None
@@ -194,39 +199,39 @@ def test_terminate_run_never_signals_a_process_that_reuses_the_root_pid(run_id: 
 def test_terminate_run_ends_a_polite_run_with_sigterm_alone(run_id: str) -> None:
     shell = start(["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], run_id)
     root = procs.identify(shell.pid)
-    assert wait_until(lambda: len(procs.find_run_processes(run_id, root)) == 3, 5)
-    report = procs.terminate_run(run_id, root, 5.0)
+    assert wait_until(lambda: len(find_run_processes(run_id, root)) == 3, 5)
+    report = terminate_run(run_id, root, 5.0)
     assert (report.terminated, report.killed) == (3, 0)
     assert report.elapsed < 2.0
     assert shell.wait(timeout=5) == -15
-    assert procs.find_run_processes(run_id) == []
+    assert find_run_processes(run_id) == []
 
 
 def test_terminate_run_sigkills_a_group_and_escapee_that_ignore_sigterm(run_id: str) -> None:
     shell = start(["sh", "-c", "trap '' TERM; setsid sleep 300 & sleep 300 & wait"], run_id)
     root = procs.identify(shell.pid)
-    assert wait_until(lambda: len(procs.find_run_processes(run_id, root)) == 3, 5)
-    report = procs.terminate_run(run_id, root, 0.5)
+    assert wait_until(lambda: len(find_run_processes(run_id, root)) == 3, 5)
+    report = terminate_run(run_id, root, 0.5)
     assert (report.terminated, report.killed) == (0, 3)
     # Observed: about 0.55 s for a 0.5 s grace.
     assert 0.5 <= report.elapsed < 3.0
     assert shell.wait(timeout=5) == -9
     assert live_group_members(shell.pid) == []
-    assert procs.find_run_processes(run_id) == []
+    assert find_run_processes(run_id) == []
 
 
 def test_terminate_run_with_an_injected_sleep_still_ends(run_id: str) -> None:
     shell = start(["sh", "-c", "trap '' TERM; sleep 300"], run_id)
     root = procs.identify(shell.pid)
-    assert wait_until(lambda: len(procs.find_run_processes(run_id, root)) == 2, 5)
+    assert wait_until(lambda: len(find_run_processes(run_id, root)) == 2, 5)
     slept: list[float] = []
-    report = procs.terminate_run(run_id, root, 30.0, sleep=slept.append)
+    report = terminate_run(run_id, root, 30.0, sleep=slept.append)
     assert report.killed == 2 and sum(slept) >= 30.0
     assert shell.wait(timeout=5) == -9
 
 
 def test_terminate_run_of_nothing_reports_nothing() -> None:
-    report = procs.terminate_run(uuid.uuid4().hex, None, 1.0)
+    report = terminate_run(uuid.uuid4().hex, None, 1.0)
     assert (report.terminated, report.killed) == (0, 0)
     assert report.elapsed < 1.0
 
@@ -241,5 +246,7 @@ def test_set_child_subreaper_takes_effect() -> None:
         "print(ok, flag.value)\n"
     )
     repo = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=30, cwd=repo)
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=30, cwd=repo
+    )
     assert out.stdout.split() == ["True", "1"], out.stderr

@@ -9,15 +9,18 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
+from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 from cronctl.proc import identity as procs
-from cronctl.proc.supervisor import RunRequest, RunResult, Supervisor
-from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
+from cronctl.proc.find import find_run_processes
+from cronctl.proc.run import RunResult
+from cronctl.proc.spawn import RunRequest
+from cronctl.proc.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +31,13 @@ def run_to_end(sup: Supervisor, results: Results, req: RunRequest, timeout: floa
     return results.wait(req.run_id, timeout)
 
 
-def wait_until(predicate: Any, timeout: float, step: float = 0.05) -> bool:
+def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
         time.sleep(step)
-    return predicate()
+    return bool(predicate())
 
 
 def live_group_members(pgid: int) -> list[int]:
@@ -70,17 +73,23 @@ def test_exit_zero_is_success(supervisor: Supervisor, results: Results, tmp_path
     assert result.duration >= 0 and result.ended_mono >= result.started_mono
 
 
-def test_nonzero_exit_is_an_error_carrying_the_exit_code(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_nonzero_exit_is_an_error_carrying_the_exit_code(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     result = run_to_end(supervisor, results, request(tmp_path, "exit 7"))
     assert (result.status, result.exit_code, result.reason) == ("error", 7, "exit_code_nonzero")
 
 
-def test_death_by_a_signal_nobody_sent_is_an_error_with_that_signal(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_death_by_a_signal_nobody_sent_is_an_error_with_that_signal(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     result = run_to_end(supervisor, results, request(tmp_path, "kill -KILL $$"))
     assert (result.status, result.exit_code, result.signal) == ("error", None, 9)
 
 
-def test_stdout_and_stderr_are_captured_to_a_private_log(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_stdout_and_stderr_are_captured_to_a_private_log(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "echo to-stdout; echo to-stderr >&2")
     result = run_to_end(supervisor, results, req)
     assert req.log_path.read_text() == "to-stdout\nto-stderr\n"
@@ -89,7 +98,9 @@ def test_stdout_and_stderr_are_captured_to_a_private_log(supervisor: Supervisor,
     assert not result.log_truncated
 
 
-def test_log_is_capped_and_ends_with_a_truncation_note(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_log_is_capped_and_ends_with_a_truncation_note(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "head -c 300000 /dev/zero | tr '\\0' a; echo; echo the-end", log_cap=1000)
     result = run_to_end(supervisor, results, req)
     data = req.log_path.read_bytes()
@@ -101,13 +112,18 @@ def test_log_is_capped_and_ends_with_a_truncation_note(supervisor: Supervisor, r
     assert result.output_tail.endswith("the-end\n") and len(result.output_tail) == 4096
 
 
-def test_output_tail_is_decoded_without_failing_on_bad_bytes(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_output_tail_is_decoded_without_failing_on_bad_bytes(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     result = run_to_end(supervisor, results, request(tmp_path, "printf 'ok \\377\\376 done'"))
     assert result.output_tail == "ok \ufffd\ufffd done"
 
 
-def test_the_child_sees_cronctl_variables_job_env_and_inherited_env(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
-    req = request(tmp_path, 'echo "$CRONCTL_JOB|$CRONCTL_RUN_ID|$CRONCTL_ATTEMPT|$GREETING|${PATH:+has-path}"', env={"GREETING": "hello world"})
+def test_the_child_sees_cronctl_variables_job_env_and_inherited_env(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
+    command = 'echo "$CRONCTL_JOB|$CRONCTL_RUN_ID|$CRONCTL_ATTEMPT|$GREETING|${PATH:+has-path}"'
+    req = request(tmp_path, command, env={"GREETING": "hello world"})
     result = run_to_end(supervisor, results, req)
     assert result.output_tail == f"job|{req.run_id}|1|hello world|has-path\n"
 
@@ -138,7 +154,9 @@ def test_sigpipe_has_its_default_action_in_the_child(supervisor: Supervisor, res
 # --- the gate --------------------------------------------------------------------------
 
 
-def test_the_command_does_not_run_before_its_gate_opens(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_the_command_does_not_run_before_its_gate_opens(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     marker = tmp_path / "ran"
     req = request(tmp_path, f"touch '{marker}'")
     spawned = supervisor.spawn_gated(req)
@@ -151,7 +169,9 @@ def test_the_command_does_not_run_before_its_gate_opens(supervisor: Supervisor, 
     assert marker.exists()
 
 
-def test_exec_keeps_the_pid_and_start_time_known_before_the_gate(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_exec_keeps_the_pid_and_start_time_known_before_the_gate(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, ("sleep", "30"))
     spawned = supervisor.spawn_gated(req)
     supervisor.open_gates([req.run_id])
@@ -167,13 +187,16 @@ def test_a_cancelled_gate_never_runs_the_command(supervisor: Supervisor, results
     supervisor.spawn_gated(req)
     supervisor.cancel_gate(req.run_id)
     result = results.wait(req.run_id)
-    assert (result.status, result.reason, result.exit_code, result.duration) == ("not_started", "gate_cancelled", None, 0.0)
+    assert (result.status, result.reason, result.exit_code, result.duration) == (
+        "not_started", "gate_cancelled", None, 0.0)
     supervisor.open_gates([req.run_id])  # too late: nothing happens
     time.sleep(0.2)
     assert not marker.exists()
 
 
-def test_killing_a_gated_run_reports_it_not_started_with_the_reason(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_killing_a_gated_run_reports_it_not_started_with_the_reason(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     marker = tmp_path / "ran"
     req = request(tmp_path, f"touch '{marker}'")
     supervisor.spawn_gated(req)
@@ -194,15 +217,17 @@ def test_the_timeout_clock_starts_when_the_gate_opens(supervisor: Supervisor, re
 # --- timeouts, kills, leftovers ------------------------------------------------------
 
 
-def test_timeout_kills_a_term_trapping_job_and_its_setsid_grandchild(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_timeout_kills_a_term_trapping_job_and_its_setsid_grandchild(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "trap '' TERM; setsid sleep 300 & sleep 300", timeout=1.0, kill_grace=1.0)
     supervisor.spawn_gated(req)
     opened = time.monotonic()
     supervisor.open_gates([req.run_id])
-    assert wait_until(lambda: len(procs.find_run_processes(req.run_id)) == 3, 5)
+    assert wait_until(lambda: len(find_run_processes(req.run_id)) == 3, 5)
     result = results.wait(req.run_id)
     timed_out = opened + req.timeout
-    assert wait_until(lambda: not procs.find_run_processes(req.run_id), timed_out + 4 - time.monotonic())
+    assert wait_until(lambda: not find_run_processes(req.run_id), timed_out + 4 - time.monotonic())
     dead = time.monotonic() - timed_out
     # Observed: 1.03-1.10 s from the timeout to no process left (kill_grace 1 s).
     assert dead < 4.0
@@ -210,7 +235,9 @@ def test_timeout_kills_a_term_trapping_job_and_its_setsid_grandchild(supervisor:
     assert 1.0 <= result.duration < 4.0
 
 
-def test_a_background_child_holding_stdout_does_not_hold_the_run_open(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_a_background_child_holding_stdout_does_not_hold_the_run_open(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "sleep 30 & echo started; exit 0")
     supervisor.spawn_gated(req)
     opened = time.monotonic()
@@ -220,10 +247,12 @@ def test_a_background_child_holding_stdout_does_not_hold_the_run_open(supervisor
     assert results.arrived[req.run_id] - opened < 3.0
     assert (result.status, result.output_tail, result.leftovers_killed) == ("success", "started\n", 1)
     assert result.duration < 1.0  # the job's own time, not the drain
-    assert procs.find_run_processes(req.run_id) == []
+    assert find_run_processes(req.run_id) == []
 
 
-def test_a_descendant_that_keeps_writing_cannot_hold_the_run_open(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_a_descendant_that_keeps_writing_cannot_hold_the_run_open(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     # The subshell ignores TERM and PIPE, so only SIGKILL ends it, after its grace.
     loop = "(trap '' TERM PIPE; while :; do echo spam; done) 2>/dev/null & exit 0"
     req = request(tmp_path, loop, drain_timeout=0.5, kill_grace=0.5, log_cap=10_000)
@@ -232,14 +261,16 @@ def test_a_descendant_that_keeps_writing_cannot_hold_the_run_open(supervisor: Su
     assert results.arrived[req.run_id] - opened < 5.0
     assert (result.status, result.log_truncated, result.leftovers_killed) == ("success", True, 1)
     # SIGKILL is sent before the result; on a busy machine the kernel may take a moment to end it.
-    assert wait_until(lambda: procs.find_run_processes(req.run_id) == [], 5)
+    assert wait_until(lambda: find_run_processes(req.run_id) == [], 5)
 
 
-def test_kill_reports_killed_with_its_reason_and_the_group_dies(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_kill_reports_killed_with_its_reason_and_the_group_dies(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "sleep 300 & sleep 300 & wait", kill_grace=2.0)
     spawned = supervisor.spawn_gated(req)
     supervisor.open_gates([req.run_id])
-    assert wait_until(lambda: len(procs.find_run_processes(req.run_id)) == 3, 5)
+    assert wait_until(lambda: len(find_run_processes(req.run_id)) == 3, 5)
     asked = time.monotonic()
     assert supervisor.kill(req.run_id, "replaced") is True
     assert time.monotonic() - asked < 0.5  # non-blocking: the supervisor thread does it
@@ -264,6 +295,25 @@ def test_a_disabled_runner_timer_leaves_an_overdue_run_alone(results: Results, t
         sup.shutdown(wait=10)
 
 
+def test_timers_follow_the_injected_monotonic_clock(results: Results, tmp_path: Path) -> None:
+    # Real time plus a jump we control: an hour-long timeout passes without waiting an hour,
+    # while the drain and leftover bounds, which follow the same clock, keep moving.
+    jumped = [0.0]
+    sup = Supervisor(on_result=results, monotonic=lambda: time.monotonic() + jumped[0])
+    sup.start()
+    try:
+        req = request(tmp_path, "sleep 30", timeout=3600.0)
+        sup.spawn_gated(req)
+        sup.open_gates([req.run_id])
+        assert wait_until(lambda: sup.gate_opened_at([req.run_id])[req.run_id] is not None, 10)
+        jumped[0] = 3601.0
+        sup.open_gates([])  # wakes the supervisor thread, which finds the deadline passed
+        result = results.wait(req.run_id)
+        assert (result.status, result.reason) == ("timeout", "timeout")
+    finally:
+        sup.shutdown(wait=10)
+
+
 def test_shutdown_kills_every_run_and_delivers_every_result(results: Results, tmp_path: Path) -> None:
     sup = Supervisor(on_result=results)
     sup.start()
@@ -281,13 +331,15 @@ def test_shutdown_kills_every_run_and_delivers_every_result(results: Results, tm
     assert {results.by_id[r.run_id].reason for r in [*running, stubborn]} == {"shutdown"}
     assert (results.by_id[gated.run_id].status, results.by_id[gated.run_id].reason) == ("not_started", "shutdown")
     assert sup.running() == []
-    assert all(procs.find_run_processes(r.run_id) == [] for r in [*running, stubborn, gated])
+    assert all(find_run_processes(r.run_id) == [] for r in [*running, stubborn, gated])
     assert not any(t.name == "cronctl-supervisor" for t in threading.enumerate())
     with pytest.raises(RuntimeError):
         sup.spawn_gated(request(tmp_path, "true"))
 
 
-def test_a_failing_on_result_callback_does_not_stop_the_supervisor(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_on_result_callback_does_not_stop_the_supervisor(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     delivered: list[RunResult] = []
 
     def on_result(result: RunResult) -> None:
@@ -311,7 +363,9 @@ def test_a_failing_on_result_callback_does_not_stop_the_supervisor(tmp_path: Pat
 # --- scale --------------------------------------------------------------------------------
 
 
-def test_200_short_runs_all_deliver_results_leaving_no_zombie_and_no_extra_thread(results: Results, tmp_path: Path) -> None:
+def test_200_short_runs_all_deliver_results_leaving_no_zombie_and_no_extra_thread(
+    results: Results, tmp_path: Path
+) -> None:
     threads_before = threading.active_count()
     sup = Supervisor(on_result=results)
     sup.start()
@@ -363,7 +417,8 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     import sys, threading, time, uuid
     from pathlib import Path
     import psutil
-    from cronctl.proc.supervisor import RunRequest, Supervisor
+    from cronctl.proc.spawn import RunRequest
+    from cronctl.proc.supervisor import Supervisor
 
     results = {}
     done = threading.Event()

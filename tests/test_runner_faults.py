@@ -15,10 +15,12 @@ from typing import Any
 
 import psutil
 import pytest
+from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
 
 from cronctl.proc import identity as procs
-from cronctl.proc.supervisor import BlockedConfig, SpawnError, Supervisor, spawn_session
-from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
+from cronctl.proc.find import find_run_processes
+from cronctl.proc.spawn import BlockedConfig, SpawnError, spawn_session
+from cronctl.proc.supervisor import Supervisor
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +124,8 @@ EMFILE_SCRIPT = textwrap.dedent(
     import errno, os, resource, sys, uuid
     from pathlib import Path
     import psutil
-    from cronctl.proc.supervisor import RunRequest, SpawnError, Supervisor
+    from cronctl.proc.spawn import RunRequest, SpawnError
+    from cronctl.proc.supervisor import Supervisor
 
     sup = Supervisor(on_result=print)
     sup.start()
@@ -177,7 +180,8 @@ NPROC_SCRIPT = textwrap.dedent(
     import errno, os, resource, sys, uuid
     from pathlib import Path
     import psutil
-    from cronctl.proc.supervisor import RunRequest, SpawnError, Supervisor
+    from cronctl.proc.spawn import RunRequest, SpawnError
+    from cronctl.proc.supervisor import Supervisor
 
     sup = Supervisor(on_result=print)
     sup.start()
@@ -202,7 +206,8 @@ NPROC_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to switch to an unused uid")
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to switch to an unused uid")
 def test_a_real_eagain_from_rlimit_nproc_is_a_spawn_error() -> None:
     # RLIMIT_NPROC never binds uid 0, so the script runs as an unused uid; it
     # keeps CAP_DAC_READ_SEARCH only to read the interpreter and the checkout.
@@ -257,7 +262,9 @@ def test_a_path_to_a_missing_or_non_executable_file_is_blocked_config(supervisor
             supervisor.spawn_gated(request(tmp_path, (program,), cwd=str(tmp_path)))
 
 
-def test_the_executable_is_looked_up_in_the_jobs_path_relative_to_its_cwd(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_the_executable_is_looked_up_in_the_jobs_path_relative_to_its_cwd(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     tool = bindir / "my-tool"
@@ -275,7 +282,9 @@ def test_the_executable_is_looked_up_in_the_jobs_path_relative_to_its_cwd(superv
     assert results.wait(relative.run_id).status == "success"
 
 
-def test_a_string_command_naming_a_missing_program_runs_and_fails(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_a_string_command_naming_a_missing_program_runs_and_fails(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "no-such-program-cronctl")
     supervisor.spawn_gated(req)
     supervisor.open_gates([req.run_id])
@@ -315,7 +324,9 @@ def test_a_cwd_removed_after_the_check_ends_the_run_not_started(results: Results
 # --- stubborn jobs ---------------------------------------------------------------------
 
 
-def test_a_descendant_holding_the_pipe_cannot_cause_a_false_timeout(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_a_descendant_holding_the_pipe_cannot_cause_a_false_timeout(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "sleep 30 & exit 0", timeout=0.5, drain_timeout=2.0)
     supervisor.spawn_gated(req)
     supervisor.open_gates([req.run_id])
@@ -323,7 +334,9 @@ def test_a_descendant_holding_the_pipe_cannot_cause_a_false_timeout(supervisor: 
     assert (result.status, result.leftovers_killed) == ("success", 1)
 
 
-def test_killing_a_job_that_ignores_sigterm_takes_its_grace_then_sigkill(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:
+def test_killing_a_job_that_ignores_sigterm_takes_its_grace_then_sigkill(
+    supervisor: Supervisor, results: Results, tmp_path: Path
+) -> None:
     req = request(tmp_path, "trap '' TERM; sleep 300", kill_grace=0.5)
     spawned = supervisor.spawn_gated(req)
     supervisor.open_gates([req.run_id])
@@ -336,7 +349,7 @@ def test_killing_a_job_that_ignores_sigterm_takes_its_grace_then_sigkill(supervi
     # Observed: about 0.55 s from kill() to the result for a 0.5 s grace.
     assert 0.5 <= took < 3.0
     assert (result.status, result.reason, result.signal) == ("killed", "killed", 9)
-    assert procs.find_run_processes(req.run_id) == []
+    assert find_run_processes(req.run_id) == []
 
 
 def test_a_slow_kill_does_not_delay_other_runs(supervisor: Supervisor, results: Results, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ UTC = timezone.utc
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
 LORD_HOWE = "Australia/Lord_Howe"
+HAVANA = "America/Havana"
 
 
 def local(tz: str, text: str, fold: int = 0) -> datetime:
@@ -61,6 +62,9 @@ def as_local(slots: list[datetime], tz: str) -> list[str]:
 
 # ---------------------------------------------------------------- DST tables
 
+# Debian's DST rule (cron(8), SPEC §4): fixed-time expressions (minute and hour
+# both begin with something other than `*`) catch up a gap once at its end and
+# fire once, in the first fold; wildcard ones follow the clock as it runs.
 DST_CASES = [
     # Berlin spring forward, 2026-03-29 02:00 CET -> 03:00 CEST.
     (
@@ -75,11 +79,37 @@ DST_CASES = [
         "2026-03-28 12:00",
         ["2026-03-29T03:00+02:00", "2026-03-30T02:00+02:00"],
     ),
+    # Fixed-time: 02:00 and 02:30 collapse into one catch-up at 03:00, which
+    # is also the real 03:00.
+    (
+        "0,30 1-3 * * *",
+        BERLIN,
+        "2026-03-29 00:45",
+        [
+            "2026-03-29T01:00+01:00",
+            "2026-03-29T01:30+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T03:30+02:00",
+        ],
+    ),
+    # Wildcards: 02:00-02:59 never shows on the clock, so only real wall times fire.
     (
         "*/20 2-3 * * *",
         BERLIN,
         "2026-03-29 01:00",
         ["2026-03-29T03:00+02:00", "2026-03-29T03:20+02:00", "2026-03-29T03:40+02:00"],
+    ),
+    (
+        "30 * * * *",
+        BERLIN,
+        "2026-03-29 00:45",
+        ["2026-03-29T01:30+01:00", "2026-03-29T03:30+02:00", "2026-03-29T04:30+02:00"],
+    ),
+    (
+        "*/15 2 * * *",
+        BERLIN,
+        "2026-03-28 02:40",
+        ["2026-03-28T02:45+01:00", "2026-03-30T02:00+02:00", "2026-03-30T02:15+02:00"],
     ),
     (
         "*/15 * * * *",
@@ -100,14 +130,27 @@ DST_CASES = [
         "2026-10-24 12:00",
         ["2026-10-25T02:30+02:00", "2026-10-26T02:30+01:00"],
     ),
+    # Every hour, but fixed-time: `0-23` begins with a digit.
     (
-        "*/20 2 * * *",
+        "30 0-23 * * *",
+        BERLIN,
+        "2026-10-25 01:00",
+        ["2026-10-25T01:30+02:00", "2026-10-25T02:30+02:00", "2026-10-25T03:30+01:00"],
+    ),
+    # A wildcard minute is enough to follow the clock through both folds.
+    (
+        "*/16 2 * * *",
         BERLIN,
         "2026-10-25 01:00",
         [
             "2026-10-25T02:00+02:00",
-            "2026-10-25T02:20+02:00",
-            "2026-10-25T02:40+02:00",
+            "2026-10-25T02:16+02:00",
+            "2026-10-25T02:32+02:00",
+            "2026-10-25T02:48+02:00",
+            "2026-10-25T02:00+01:00",
+            "2026-10-25T02:16+01:00",
+            "2026-10-25T02:32+01:00",
+            "2026-10-25T02:48+01:00",
             "2026-10-26T02:00+01:00",
         ],
     ),
@@ -154,6 +197,38 @@ DST_CASES = [
             "2026-11-01T02:00-05:00",
         ],
     ),
+    # Havana changes at midnight: 2026-03-08 00:00 CST -> 01:00 CDT and
+    # 2026-11-01 01:00 CDT -> 00:00 CST.
+    (
+        "30 0 * * *",
+        HAVANA,
+        "2026-03-07 12:00",
+        ["2026-03-08T01:00-04:00", "2026-03-09T00:30-04:00"],
+    ),
+    (
+        "30 * * * *",
+        HAVANA,
+        "2026-03-07 23:00",
+        ["2026-03-07T23:30-05:00", "2026-03-08T01:30-04:00"],
+    ),
+    (
+        "*/30 0 * * *",
+        HAVANA,
+        "2026-10-31 23:45",
+        [
+            "2026-11-01T00:00-04:00",
+            "2026-11-01T00:30-04:00",
+            "2026-11-01T00:00-05:00",
+            "2026-11-01T00:30-05:00",
+            "2026-11-02T00:00-05:00",
+        ],
+    ),
+    (
+        "0 0 * * *",
+        HAVANA,
+        "2026-10-31 23:45",
+        ["2026-11-01T00:00-04:00", "2026-11-02T00:00-05:00"],
+    ),
     # Lord Howe moves by 30 minutes: 2026-04-05 02:00 -> 01:30, 2026-10-04 02:00 -> 02:30.
     (
         "45 1 * * *",
@@ -184,6 +259,25 @@ DST_CASES = [
         LORD_HOWE,
         "2026-10-04 01:00",
         ["2026-10-04T02:30+11:00", "2026-10-04T02:45+11:00", "2026-10-05T02:00+11:00"],
+    ),
+    (
+        "*/10 2 * * *",
+        LORD_HOWE,
+        "2026-10-04 01:00",
+        ["2026-10-04T02:30+11:00", "2026-10-04T02:40+11:00", "2026-10-04T02:50+11:00"],
+    ),
+    # 02:00-02:59 exists once after the fold (01:30-01:59 repeats); cronsim
+    # starts at 02:38 here (README, "Time").
+    (
+        "*/19 2 * * *",
+        LORD_HOWE,
+        "2026-04-04 12:00",
+        [
+            "2026-04-05T02:00+10:30",
+            "2026-04-05T02:19+10:30",
+            "2026-04-05T02:38+10:30",
+            "2026-04-05T02:57+10:30",
+        ],
     ),
 ]
 
@@ -236,11 +330,80 @@ def test_a_gap_slot_is_not_duplicated_by_the_real_slot_at_the_same_instant() -> 
 
 
 def test_next_from_inside_the_second_fold_finds_the_remaining_repeats() -> None:
-    parsed = parse_cron("*/15 * * * *")
     after = local(BERLIN, "2026-10-25 02:20", fold=1)
-    assert cron_next(parsed, BERLIN, after) == local(BERLIN, "2026-10-25 02:30", fold=1)
-    fixed = parse_cron("*/15 2 * * *")
+    for wildcard in ("*/15 * * * *", "*/15 2 * * *"):
+        assert cron_next(parse_cron(wildcard), BERLIN, after) == local(BERLIN, "2026-10-25 02:30", fold=1)
+    fixed = parse_cron("0,15,30,45 2 * * *")
     assert as_local([cron_next(fixed, BERLIN, after)], BERLIN) == ["2026-10-26T02:00+01:00"]
+
+
+def test_next_from_the_first_fold_still_reaches_the_repeats_of_wall_times_behind_it() -> None:
+    # From 02:40 CEST, 02:00 and 02:20 have fired once and repeat after 02:40 CEST.
+    after = local(BERLIN, "2026-10-25 02:40")
+    assert as_local(next_slots("*/20 2 * * *", BERLIN, after, 4), BERLIN) == [
+        "2026-10-25T02:00+01:00",
+        "2026-10-25T02:20+01:00",
+        "2026-10-25T02:40+01:00",
+        "2026-10-26T02:00+01:00",
+    ]
+
+
+def test_repeats_behind_a_first_fold_start_come_before_the_next_fold_a_year_later() -> None:
+    # Every match is on Berlin's fall-back night (the Sunday of 25-31 October), so
+    # the next wall time after the fold is itself in a fold, a year later.
+    after = local(BERLIN, "2026-10-25 02:30")
+    assert as_local(next_slots("*/20 2 25-31 10 */7", BERLIN, after, 5), BERLIN) == [
+        "2026-10-25T02:40+02:00",
+        "2026-10-25T02:00+01:00",
+        "2026-10-25T02:20+01:00",
+        "2026-10-25T02:40+01:00",
+        "2027-10-31T02:00+02:00",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expr", "fixed"),
+    [
+        ("30 2 * * *", True),
+        ("0,30 1-3 * * *", True),
+        ("30 0-23 * * *", True),
+        ("@daily", True),
+        ("30 * * * *", False),
+        ("*/15 2 * * *", False),
+        ("0 */2 * * *", False),
+        ("* * * * *", False),
+        ("@hourly", False),
+    ],
+)
+def test_the_first_character_of_minute_and_hour_decides_whether_a_time_is_fixed(
+    expr: str, fixed: bool
+) -> None:
+    assert parse_cron(expr).fixed_time is fixed
+
+
+def test_a_wildcard_schedule_fires_nothing_for_the_wall_times_a_gap_skips() -> None:
+    # The case: Debian's cron runs `30 * * * *` at 03:30 only, not also at 03:00.
+    night = (local(BERLIN, "2026-03-29 01:45"), local(BERLIN, "2026-03-29 03:45"))
+    assert count_slots(parse_cron("30 * * * *"), BERLIN, *night) == 1
+    assert count_slots(parse_cron("*/15 2 * * *"), BERLIN, *night) == 0
+
+
+def test_a_wildcard_schedule_whose_every_match_is_skipped_by_gaps_is_refused() -> None:
+    # 02:xx on the Sunday of 25-31 March is always inside Berlin's spring gap.
+    parsed = parse_cron("*/5 2 25-31 3 */7")
+    with pytest.raises(ScheduleError, match="every wall time it matches falls in a DST gap"):
+        cron_next(parsed, BERLIN, utc("2026-01-01 00:00"))
+    assert cron_next(parsed, "UTC", utc("2026-01-01 00:00")) == utc("2026-03-29 02:00")
+    # In 1980 Germany's summer time began on 6 April, so the past still has a slot.
+    assert cron_prev(parsed, BERLIN, utc("2026-01-01 00:00")) == local(BERLIN, "1980-03-30 02:55")
+
+
+def test_every_follows_elapsed_time_through_both_dst_changes() -> None:
+    for start in (utc("2026-03-28 23:30"), utc("2026-10-24 23:30")):
+        slots = [start]
+        for _ in range(6):
+            slots.append(every_next(slots[-1], 1800, slots[-1]))
+        assert {later - earlier for earlier, later in zip(slots, slots[1:])} == {timedelta(minutes=30)}
 
 
 def test_next_from_the_first_fold_sees_repeats_of_earlier_wall_times() -> None:

@@ -2,7 +2,8 @@
 
 Every line that is not imported as it was meant is reported with its number:
 skipped lines (with the reason) and notes (what was translated differently or
-not at all). Nothing is dropped silently. Rendering the YAML file lives in
+not at all, including where Debian's cron would run a job differently across
+a DST change). Nothing is dropped silently. Rendering the YAML file lives in
 crontab_yaml.py.
 """
 
@@ -13,10 +14,12 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from cronctl.errors import CronctlError
+from cronctl.interop.translate import debian_gap_notes
 from cronctl.jobs.jobfile import ENV_NAME_RE, build_spec
 from cronctl.models import NAME_MAX, NAME_RE
 from cronctl.schedule.cron import check_timezone, parse_cron
@@ -80,9 +83,14 @@ class _Scope:
 
 
 def import_crontab(text: str, source: str, *, user_field: bool = False, prefix: str = "",
-                   default_zone: str = "UTC") -> ImportResult:
-    """Translate crontab text; `user_field` for /etc/crontab and /etc/cron.d files."""
+                   default_zone: str = "UTC", now: datetime | None = None) -> ImportResult:
+    """Translate crontab text; `user_field` for /etc/crontab and /etc/cron.d files.
+
+    `now` places the DST changes whose handling is compared with Debian's cron
+    (the two years after it; default: the current time).
+    """
     check_prefix(prefix)
+    now = now or datetime.now(timezone.utc)
     result = ImportResult(source=source, default_zone=default_zone)
     scope = _Scope(zone=default_zone)
     names: set[str] = set()
@@ -93,7 +101,7 @@ def import_crontab(text: str, source: str, *, user_field: bool = False, prefix: 
         line = raw.removesuffix("\r")
         if line != raw:
             result.notes.append(Note(number, "carriage return at the end of the line dropped"))
-        _import_line(number, line, scope, result, names, user_field, prefix)
+        _import_line(number, line, scope, result, names, user_field, prefix, now)
     if not user_field:
         _hint_user_field(result)
     return result
@@ -145,7 +153,7 @@ def host_zone() -> str:
 
 
 def _import_line(number: int, line: str, scope: _Scope, result: ImportResult, names: set[str],
-                 user_field: bool, prefix: str) -> None:
+                 user_field: bool, prefix: str, now: datetime) -> None:
     stripped = line.strip()
     if not stripped or stripped.startswith("#"):
         return
@@ -157,7 +165,7 @@ def _import_line(number: int, line: str, scope: _Scope, result: ImportResult, na
         name = env["dq"] if env["dq"] is not None else env["sq"] if env["sq"] is not None else env["bare"]
         _apply_env(number, line, name, _unquote(env["value"]), scope, result)
         return
-    job = _job_from_line(number, line, scope, result, user_field, prefix, names)
+    job = _job_from_line(number, line, scope, result, user_field, prefix, names, now)
     if job is not None:
         names.add(job.entry["name"])
         result.jobs.append(job)
@@ -219,7 +227,7 @@ def _set_zone(number: int, name: str, value: str, scope: _Scope, result: ImportR
 
 
 def _job_from_line(number: int, line: str, scope: _Scope, result: ImportResult, user_field: bool,
-                   prefix: str, names: set[str]) -> ImportedJob | None:
+                   prefix: str, names: set[str], now: datetime) -> ImportedJob | None:
     parsed = _split_job(line, user_field)
     if isinstance(parsed, str):
         result.skipped.append(Skipped(number, _printable(line), parsed))
@@ -240,6 +248,9 @@ def _job_from_line(number: int, line: str, scope: _Scope, result: ImportResult, 
     if problems:
         result.skipped.append(Skipped(number, _printable(line), "; ".join(problems)))
         return None
+    # cronctl follows Debian's DST rule except where Debian's cron runs a job more than once.
+    for message in debian_gap_notes(parse_cron(schedule), scope.zone, now):
+        result.notes.append(Note(number, message))
     return ImportedJob(number, line, entry, user)
 
 

@@ -31,15 +31,30 @@ def cron_text(expr: CronExpr, star_prefix_is_star: bool) -> str | None:
     cronie) look at the first character (`*/2` is unrestricted); the library of
     Kubernetes (robfig/cron) only at a field that is exactly `*`. None when the
     reader cannot express the schedule: both day fields restricted but combined
-    with AND, for a reader that does not treat `*/n` as unrestricted.
+    with AND, for a reader that does not treat `*/n` as unrestricted. Minute and
+    hour keep their first character, which picks Debian's DST rule.
     """
     days = _day_fields(expr, star_prefix_is_star)
     if days is None:
         return None
-    minute = cron_values(expr.minutes, 0, 59)
-    hour = cron_values(expr.hours, 0, 23)
+    minute = _clock_field(expr.fields[0], expr.minutes, 0, 59)
+    hour = _clock_field(expr.fields[1], expr.hours, 0, 23)
     month = cron_values(expr.months, 1, 12)
     return f"{minute} {hour} {days[0]} {month} {days[1]}"
+
+
+def _clock_field(text: str, values: Collection[int], low: int, high: int) -> str:
+    """The minute or hour field, keeping whether it begins with `*`.
+
+    Debian's cron picks its DST rule by that first character (cron(8), SPEC
+    §4): `*/15` rewritten as `0-45/15` would turn a wildcard job into a
+    fixed-time one, and `0-23` written as `*` the other way round. The
+    minute and hour syntax cronctl accepts is plain crontab(5) syntax, so a
+    field that begins with `*` is kept as written.
+    """
+    if text.startswith("*"):
+        return text
+    return cron_values(values, low, high, allow_star=False)
 
 
 def _day_fields(expr: CronExpr, star_prefix_is_star: bool) -> tuple[str, str] | None:
@@ -160,32 +175,64 @@ def wall_matches(expr: CronExpr, wall: datetime) -> bool:
 
 def windows_hit(expr: CronExpr, tz: str, now: datetime) -> list[DstWindow]:
     """The DST windows ahead in which `expr` has a wall time."""
-    hits = []
-    for window in dst_windows(tz, now.astimezone(UTC).date()):
-        wall = window.start.replace(second=0, microsecond=0)
-        if wall < window.start:
-            wall += timedelta(minutes=1)
-        while wall < window.end:
-            if wall_matches(expr, wall):
-                hits.append(window)
-                break
-            wall += timedelta(minutes=1)
-    return hits
+    return [window for window in dst_windows(tz, now.astimezone(UTC).date()) if _matching_walls(expr, window)]
 
 
 def dst_notes(expr: CronExpr, tz: str, now: datetime, engine: str, gap_rule: str, fold_rule: str,
               fold_matters: bool) -> list[str]:
-    """Notes for the DST windows where `engine` does not follow SPEC §4 for this schedule."""
+    """Notes for the DST windows where `engine` does not follow SPEC §4 for this schedule.
+
+    The engines translated to (systemd, Kubernetes) never fire a wall time
+    that a gap skips. That is Debian's rule for wildcard expressions too, so
+    only a fixed-time expression's catch-up at the end of a gap differs.
+    Folds differ per engine: the caller says whether this one's does.
+    """
     hits = windows_hit(expr, tz, now)
     notes = []
     gaps = [w for w in hits if w.gap]
     folds = [w for w in hits if not w.gap]
-    if gaps:
-        notes.append(f"DST gap in {tz} ({gaps[0].describe()}): cronctl fires a skipped wall time once at "
-                     f"the end of the gap; {engine} {gap_rule}")
+    if gaps and expr.fixed_time:
+        notes.append(f"DST gap in {tz} ({gaps[0].describe()}): cronctl fires this fixed-time schedule's skipped "
+                     f"wall times once at the end of the gap, as Debian's cron does; {engine} {gap_rule}")
     if folds and fold_matters:
         notes.append(f"DST fold in {tz} ({folds[0].describe()}): {fold_rule}")
     return notes
+
+
+def debian_gap_notes(expr: CronExpr, tz: str, now: datetime) -> list[str]:
+    """Where Debian's cron runs a fixed-time job more often than cronctl: a gap that skips
+    two or more of its wall times.
+
+    Debian's cron (cron.c, the "DST begins" case of its main loop) steps its
+    virtual clock through every skipped minute and queues the fixed-time jobs
+    of each, running the queue between minutes, so `0,30 2 * * *` runs twice
+    just after the change. SPEC §4 fires a slot once: every skipped wall time
+    collapses into the one instant at the end of the gap.
+    """
+    if not expr.fixed_time:
+        return []
+    for window in dst_windows(tz, now.astimezone(UTC).date()):
+        if not window.gap:
+            continue
+        skipped = _matching_walls(expr, window)
+        if len(skipped) >= 2:
+            times = ", ".join(f"{wall:%H:%M}" for wall in skipped[:4]) + (", ..." if len(skipped) > 4 else "")
+            return [f"DST gap in {tz} ({window.describe()}): Debian's cron runs this job once for each skipped wall "
+                    f"time ({times}: {len(skipped)} runs, one after another just after the change); cronctl "
+                    "fires once, at the end of the gap"]
+    return []
+
+
+def _matching_walls(expr: CronExpr, window: DstWindow) -> list[datetime]:
+    wall = window.start.replace(second=0, microsecond=0)
+    if wall < window.start:
+        wall += timedelta(minutes=1)
+    found = []
+    while wall < window.end:
+        if wall_matches(expr, wall):
+            found.append(wall)
+        wall += timedelta(minutes=1)
+    return found
 
 
 # --- small formatting helpers ----------------------------------------------------------

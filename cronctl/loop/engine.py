@@ -20,7 +20,9 @@ from typing import Any, Callable
 from cronctl.context import Context
 from cronctl.jobs.state import JobView
 from cronctl.models import AuditEvent, JobSpec, RunStatus, command_text
-from cronctl.proc.supervisor import BlockedConfig, RunRequest, RunResult, SpawnError, Supervisor
+from cronctl.proc.run import RunResult
+from cronctl.proc.spawn import BlockedConfig, RunRequest, SpawnError
+from cronctl.proc.supervisor import Supervisor
 from cronctl.schedule.slots import fire_at
 from cronctl.store import claims as claims_mod
 from cronctl.store import history

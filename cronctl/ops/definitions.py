@@ -139,7 +139,8 @@ def remove_job(ctx: Context, name: str, force: bool = False) -> int:
 
 
 def _terminate_claims(ctx: Context, name: str, claims: dict[str, Any]) -> int:
-    from cronctl.proc.identity import ProcIdentity, terminate_run
+    from cronctl.proc.identity import ProcIdentity
+    from cronctl.proc.kill import terminate_run
 
     for run_id, claim in claims.items():
         child = claim.get("child") or {}

@@ -4,18 +4,26 @@ Nothing here reads a clock; every function takes the instant it reasons about.
 
 Cron expressions are parsed and evaluated here rather than by croniter, so the
 rules of SPEC §4 hold exactly: Debian's day-of-month/day-of-week rule (OR when
-both are restricted, AND when either field's text begins with `*`), and the
-DST rules below, which croniter does not implement (it fires `30 2 * * *` twice
-on a fall-back night).
+both are restricted, AND when either field's text begins with `*`), and
+Debian's DST rule (cron(8)), which croniter does not implement (it fires
+`30 2 * * *` twice on a fall-back night).
 
-The model behind the DST rules: a wall time W "is reached" at the first
-instant the zone's wall clock shows W or later. That instant is W itself when
-W exists once, the first of the two instants when W is repeated (fold), and
-the transition instant when W was skipped (gap). This mapping never decreases
-as W increases, so walking matching wall times in calendar order yields slots
-in order, and several skipped wall times collapse into one instant. Schedules
-whose hour field begins with `*` follow elapsed time instead, so in a fold they
-also fire at the second occurrence of each repeated wall time.
+Debian's DST rule sorts expressions by the first character of two fields. A
+*fixed-time* expression (minute and hour fields both begin with something
+other than `*`: `30 2 * * *`, `0,30 1-3 * * *`, `@daily`) runs at a particular
+wall time. Its wall time W "is reached" at the first instant the zone's wall
+clock shows W or later: W itself when W exists once, the first of the two
+instants when W is repeated (fold), the transition instant when W was skipped
+(gap). This mapping never decreases as W increases, so walking matching wall
+times in calendar order yields slots in order, and several skipped wall times
+collapse into one instant.
+
+A *wildcard* expression (minute or hour field begins with `*`: `30 * * * *`,
+`*/15 2 * * *`, `@hourly`) follows the wall clock as it really runs: a wall
+time skipped by a gap never happens and does not fire, and a repeated wall
+time fires at both of its instants. `_fires_at` is the one place that applies
+the rule to a wall time; the walks around it keep the second occurrences in
+order (they come after every first occurrence of the fold).
 """
 
 from __future__ import annotations
@@ -87,6 +95,16 @@ class CronExpr:
     dom_star: bool
     dow_star: bool
     hour_star: bool
+    minute_star: bool
+
+    @property
+    def fixed_time(self) -> bool:
+        """Debian cron's job "that runs at a particular time": neither minute nor hour begins with `*`.
+
+        Only these catch up a wall time skipped by a DST gap, and they fire
+        once in a fold; all others follow the wall clock as it runs (cron(8)).
+        """
+        return not (self.minute_star or self.hour_star)
 
     def __str__(self) -> str:
         return self.text
@@ -116,6 +134,7 @@ def parse_cron(expr: str) -> CronExpr:
         dom_star=fields[2].startswith("*"),
         dow_star=fields[4].startswith("*"),
         hour_star=fields[1].startswith("*"),
+        minute_star=fields[0].startswith("*"),
     )
     _check_fires(expr, parsed)
     return parsed
@@ -270,16 +289,31 @@ def _offset_at(zone: ZoneInfo, epoch_s: int) -> timedelta | None:
     return datetime.fromtimestamp(epoch_s, zone).utcoffset()
 
 
-def _resolve(zone: ZoneInfo, wall: datetime) -> tuple[datetime, datetime | None]:
-    """When the naive wall time is reached: (first instant, repeat or None), naive UTC.
+def _offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
+    """The zone's offsets for a naive wall time read with fold=0 and fold=1 (PEP 495).
 
-    The repeat is the second occurrence of a wall time in a fold. A wall time
-    inside a gap is reached at the transition instant.
+    They differ only around a transition: in a fold the first is the larger
+    (the earlier instant); in a gap, where neither instant exists, fold=0
+    reads the offset before the change and fold=1 the one after, so the
+    first is the smaller.
     """
     local = wall.replace(tzinfo=zone)
     early = local.utcoffset()
     late = local.replace(fold=1).utcoffset()
     assert early is not None and late is not None
+    return early, late
+
+
+def _resolve(
+    zone: ZoneInfo, wall: datetime, offsets: tuple[timedelta, timedelta] | None = None
+) -> tuple[datetime, datetime | None]:
+    """When the naive wall time is reached: (first instant, repeat or None), naive UTC.
+
+    The repeat is the second occurrence of a wall time in a fold. A wall time
+    inside a gap is reached at the transition instant. `offsets` saves
+    looking them up again when the caller has them.
+    """
+    early, late = offsets or _offsets(zone, wall)
     if early == late:
         return wall - early, None
     if early > late:
@@ -403,45 +437,89 @@ def _prev_wall(expr: CronExpr, before: datetime) -> datetime:
 # ---------------------------------------------------------------- cron slots
 
 
+def _fires_at(expr: CronExpr, zone: ZoneInfo, wall: datetime) -> tuple[datetime | None, datetime | None]:
+    """When a matching wall time fires under Debian's DST rule: (first, second), naive UTC.
+
+    A fixed-time expression fires once: a skipped wall time at the end of its
+    gap, a repeated one in the first fold. A wildcard expression follows the
+    wall clock as it runs: a skipped wall time does not fire (first is None),
+    a repeated one fires in both folds (second is the repeat).
+    """
+    offsets = _offsets(zone, wall)
+    if expr.fixed_time:
+        first, _ = _resolve(zone, wall, offsets)
+        return first, None
+    early, late = offsets
+    if early < late:
+        return None, None
+    return _resolve(zone, wall, offsets)
+
+
+def _all_in_gaps(expr: CronExpr, zone: ZoneInfo, since: datetime) -> ScheduleError:
+    return ScheduleError(
+        f"cron {expr.text!r}: no slot in {zone.key} within {_SEARCH_YEARS} years of "
+        f"{since:%Y-%m-%d %H:%M}: every wall time it matches falls in a DST gap, which a "
+        "schedule whose minute or hour begins with `*` skips (Debian's rule)"
+    )
+
+
 def _slots_after(expr: CronExpr, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
     """Slots strictly after the aware instant `after`, ascending, as naive UTC."""
     last = _as_utc(after, "after")
     local = _aware(last).astimezone(zone)
     wall = local.replace(tzinfo=None)
     # Second occurrences of fold wall times wait here until every earlier
-    # first occurrence has been yielded; they are only used by wildcard hours.
-    repeats = _repeats_near(expr, zone, local, last) if expr.hour_star else []
+    # first occurrence has been yielded; only wildcard expressions have them.
+    repeats: list[datetime] = []
+    # From the first pass of a fold, wall times at or before ours repeat later
+    # and the forward walk never meets them. They are only due after the fold's
+    # first pass, so they are looked up once the walk leaves the fold: most
+    # calls have returned by then (an every-minute walk would cost 60 steps).
+    width = _fold_width(local)
+    fold_left: datetime | None = None
+    if width and local.fold == 0 and not expr.fixed_time:
+        fold_left = wall + width  # every wall time from here on lies past this fold
+    # A valid expression matches again within _SEARCH_YEARS; a wildcard one
+    # whose matches all fall in gaps (`*/5 2 25-31 3 */7` in Europe/Berlin)
+    # would otherwise walk to year 9999.
+    since = wall
     while True:
         wall = _next_wall(expr, wall)
-        first, repeat = _resolve(zone, wall)
+        first, repeat = _fires_at(expr, zone, wall)
+        if first is None:
+            if wall.year - since.year > _SEARCH_YEARS:
+                raise _all_in_gaps(expr, zone, since)
+            continue
+        if fold_left is not None and (repeat is None or wall >= fold_left):
+            # Past the fold (a wall time lived once, or one of a later fold):
+            # the fold's first occurrences are all behind us, its repeats
+            # ahead, the ones of earlier wall times first.
+            repeats = _repeats_behind(expr, zone, local, last) + repeats
+            fold_left = None
         while repeats and repeats[0] < first:
             pending = repeats.pop(0)
             if pending > last:
                 last = pending
                 yield pending
-        if repeat is not None and expr.hour_star and repeat > last:
+        if repeat is not None and repeat > last:
             repeats.append(repeat)
         if first > last:
             last = first
+            since = wall
             yield first
 
 
-def _repeats_near(
+def _repeats_behind(
     expr: CronExpr, zone: ZoneInfo, local: datetime, after: datetime
 ) -> list[datetime]:
-    """Second occurrences still ahead when `local` lies inside a fold.
-
-    Their wall times may be at or before `local`'s wall time, so the forward
-    walk from `local` would never see them.
-    """
+    """Second occurrences still ahead of `local`, a moment in a fold's first pass,
+    whose wall times are at or before `local`'s."""
     width = _fold_width(local)
-    if not width:
-        return []
     wall = local.replace(tzinfo=None)
     found = []
     candidate = _next_wall(expr, wall - width - _TINY)
     while candidate <= wall:
-        _, repeat = _resolve(zone, candidate)
+        _, repeat = _fires_at(expr, zone, candidate)
         if repeat is not None and repeat > after:
             found.append(repeat)
         candidate = _next_wall(expr, candidate)
@@ -464,12 +542,14 @@ def cron_prev(expr: CronExpr, tz: str, before: datetime) -> datetime:
         # (or so) ago, before `before`: include them in the backward walk.
         start += _fold_width(local)
     wall = _prev_wall(expr, start)
-    first, repeat = _resolve(zone, wall)
-    while first >= limit:
+    first, repeat = _fires_at(expr, zone, wall)
+    while first is None or first >= limit:
+        if start.year - wall.year > _SEARCH_YEARS:
+            raise _all_in_gaps(expr, zone, wall)
         wall = _prev_wall(expr, wall)
-        first, repeat = _resolve(zone, wall)
+        first, repeat = _fires_at(expr, zone, wall)
     best = first
-    if expr.hour_star and repeat is not None:
+    if repeat is not None:
         best = max(best, _last_repeat_before(expr, zone, wall, limit))
     return _aware(best)
 
@@ -478,13 +558,20 @@ def _last_repeat_before(
     expr: CronExpr, zone: ZoneInfo, wall: datetime, limit: datetime
 ) -> datetime:
     """The latest second occurrence before `limit` among fold wall times <= `wall`."""
-    while True:
-        _, repeat = _resolve(zone, wall)
-        if repeat is None:
-            return datetime.min
-        if repeat < limit:
-            return repeat
-        wall = _prev_wall(expr, wall)
+    _, repeat = _fires_at(expr, zone, wall)
+    if repeat is None:
+        return datetime.min
+    if repeat < limit:
+        return repeat
+    # A repeat is its wall time read with the fold's later offset, so the
+    # latest one before `limit` belongs to the last matching wall time before
+    # `limit` read with that offset: one step back instead of a walk through
+    # the fold (sixty steps for every minute).
+    late = wall - repeat
+    _, repeat = _fires_at(expr, zone, _prev_wall(expr, limit + late))
+    if repeat is None or repeat >= limit:
+        return datetime.min
+    return repeat
 
 
 def count_slots(

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from cronctl.durations import format_duration
 from cronctl.interop.export.base import ExportFile, ExportResult, comment_block, shared_notes
-from cronctl.interop.translate import cron_text, every_cron, seconds_text
+from cronctl.interop.translate import cron_text, debian_gap_notes, every_cron, seconds_text
 from cronctl.models import Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import jitter_offset, parse_cron
 
@@ -34,7 +34,7 @@ def export_crontab(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
     lines = comment_block(HEADER) + ["CRON_TZ=UTC"]
     zone = "UTC"
     for spec in specs:
-        schedule, job_zone, notes = _schedule(spec)
+        schedule, job_zone, notes = _schedule(spec, now)
         command = _command(spec)
         notes += _field_notes(spec)
         result.notes[spec.name] = notes
@@ -52,13 +52,16 @@ def export_crontab(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
     return result
 
 
-def _schedule(spec: JobSpec) -> tuple[str | None, str, list[str]]:
+def _schedule(spec: JobSpec, now: datetime) -> tuple[str | None, str, list[str]]:
     """The five fields, the zone they are read in, and what does not carry over."""
     if spec.cron is not None:
-        text = cron_text(parse_cron(spec.cron), star_prefix_is_star=True)
+        expr = parse_cron(spec.cron)
+        text = cron_text(expr, star_prefix_is_star=True)
         if text is None:
             return None, spec.timezone, [f"cron {spec.cron!r}: no crontab spelling keeps its day rule; line commented out"]
-        return text, spec.timezone, _zone_notes(spec)
+        # cron_text keeps the first character of minute and hour, so Debian's cron reads the line with
+        # the same DST rule; only its repeated catch-up of a gap differs.
+        return text, spec.timezone, _zone_notes(spec) + debian_gap_notes(expr, spec.timezone, now)
     if spec.every is not None:
         every = format_duration(spec.every)
         grid = every_cron(spec.every)

@@ -131,8 +131,8 @@ def _schedule(spec: JobSpec, now: datetime) -> tuple[str | None, list[str]]:
             return None, [(f"cron {spec.cron!r}: both day fields restricted but combined with AND (a field "
                            "starting with '*'); Kubernetes would combine them with OR; no manifest written")]
         notes = dst_notes(expr, spec.timezone, now, "Kubernetes", "does not fire them at all",
-                          "Kubernetes may fire this fixed-hour schedule in both passes, cronctl in the first only",
-                          fold_matters=not expr.hour_star)
+                          "Kubernetes may fire this fixed-time schedule in both passes, cronctl in the first only",
+                          fold_matters=expr.fixed_time)
         return text, notes
     if spec.every is not None:
         every = format_duration(spec.every)

@@ -169,9 +169,15 @@ def _timer_lines(spec: JobSpec, now: datetime) -> tuple[list[str], list[str]]:
     """The [Timer] schedule lines and what they do not carry over."""
     if spec.cron is not None:
         expr = parse_cron(spec.cron)
-        notes = dst_notes(expr, spec.timezone, now, "systemd", "does not fire them at all",
-                          "cronctl fires this wildcard-hour schedule in both passes, systemd only in the first",
-                          fold_matters=expr.hour_star)
+        # What systemd does (checked with systemd-analyze calendar, systemd 252): a wall time that a
+        # gap skips matches nothing, the next match is the next day's; a repeated one matches once,
+        # in the first pass, because each next elapse is computed from the previous trigger.
+        notes = dst_notes(expr, spec.timezone, now, "systemd",
+                          "skips wall times that do not exist: no run for them that day",
+                          "cronctl fires this wildcard schedule (minute or hour begins with '*') at the "
+                          "repeated wall times in both passes, as Debian's cron does; systemd fires each once, "
+                          "in the first pass",
+                          fold_matters=not expr.fixed_time)
         return [f"OnCalendar={line}" for line in oncalendar_lines(expr, spec.timezone)], notes
     if spec.every is not None:
         every = format_duration(spec.every)

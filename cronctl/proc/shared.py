@@ -1,0 +1,137 @@
+"""What the callers' threads and the supervisor thread share: the runs, commands, gate timers.
+
+Everything here is read and changed under one lock. Other threads never touch
+a run's processes or fds beyond its gate: they post a command and wake the
+supervisor thread through a pipe that sits in its selector.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from cronctl.proc.fds import close_all, pipe
+from cronctl.proc.run import TrackedRun
+
+# ("register", run_id) | ("opened", run_id) | ("kill", run_id, reason) | ("shutdown", reason)
+Command = tuple[str, ...]
+
+
+class SharedRuns:
+    def __init__(self, monotonic: Callable[[], float], timeouts_enabled: bool) -> None:
+        self._mono = monotonic
+        self._timeouts_enabled = timeouts_enabled
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        # Held from posix_spawn until the run is tracked, and while orphans are
+        # reaped, so the orphan reaper never mistakes a new child for an orphan.
+        self.reap_lock = threading.Lock()
+        self.runs: dict[str, TrackedRun] = {}
+        self.commands: deque[Command] = deque()
+        self.stopping = False
+        # (monotonic instant, seq, run ids): gates to open at that instant.
+        self._gate_timers: list[tuple[float, int, tuple[str, ...]]] = []
+        self._seq = itertools.count()
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
+
+    # --- waking the supervisor thread ------------------------------------------
+
+    def open_wake_pipe(self) -> int:
+        """The read end, for the supervisor thread's selector."""
+        self._wake_r, self._wake_w = pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        return self._wake_r
+
+    def wake(self) -> None:
+        with self.lock:
+            if self._wake_w is None:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # already full: the thread will wake anyway
+
+    def drain_wake(self) -> None:
+        assert self._wake_r is not None
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close_wake_pipe(self) -> None:
+        with self.lock:
+            wake_w, self._wake_w = self._wake_w, None
+        close_all([self._wake_r, wake_w])
+
+    # --- commands -----------------------------------------------------------------
+
+    def post(self, command: Command) -> None:
+        """Queue a command for the supervisor thread (caller holds the lock, then wakes it)."""
+        self.commands.append(command)
+
+    def take_commands(self) -> list[Command]:
+        with self.lock:
+            commands = list(self.commands)
+            self.commands.clear()
+        return commands
+
+    def finished(self) -> bool:
+        """Shutdown was asked for, and nothing is left to supervise or to do."""
+        with self.lock:
+            return self.stopping and not self.runs and not self.commands
+
+    def forget(self, run_id: str) -> None:
+        """Drop a run whose result was delivered, so wait_idle() means "every result delivered"."""
+        with self.idle:
+            self.runs.pop(run_id, None)
+            self.idle.notify_all()
+
+    # --- gates --------------------------------------------------------------------
+
+    def open_gates(self, run_ids: Iterable[str]) -> None:
+        """Release gated runs: one write each, so a batch begins together."""
+        opened: list[TrackedRun] = []
+        with self.lock:
+            for run_id in run_ids:
+                run = self.runs.get(run_id)
+                if run is None or not run.gate.can_open:
+                    continue
+                run.gate.write_go(self._mono())
+                opened.append(run)
+            # Bookkeeping only after every write, so the last run of a batch
+            # is not released later than it must be.
+            for run in opened:
+                assert run.gate.opened_mono is not None
+                run.gate.release()
+                if run.gate.state == "open" and self._timeouts_enabled and (run.req.timeout or 0) > 0:
+                    run.deadline = run.gate.opened_mono + run.req.timeout
+                self.post(("opened", run.run_id))
+        self.wake()
+
+    def open_gates_at(self, when: float, run_ids: tuple[str, ...]) -> None:
+        with self.lock:
+            heapq.heappush(self._gate_timers, (when, next(self._seq), run_ids))
+        self.wake()
+
+    def open_timed_gates(self) -> None:
+        """Release the batches whose instant has come."""
+        if not self._gate_timers:
+            return
+        now = self._mono()
+        due: list[str] = []
+        with self.lock:
+            while self._gate_timers and self._gate_timers[0][0] <= now:
+                due.extend(heapq.heappop(self._gate_timers)[2])
+        if due:
+            self.open_gates(due)
+
+    def next_gate_timer(self) -> float | None:
+        timers = self._gate_timers
+        return timers[0][0] if timers else None

@@ -1,0 +1,217 @@
+"""Starting a run: the request, the pre-flight checks, and the gated child itself.
+
+The runner knows nothing of the store: it takes RunRequests and hands back a
+Spawned (pid and start time, known before the command begins, because the
+child waits on its gate: see proc.gate). What is wrong with the request itself
+(a missing directory or program) is a BlockedConfig before anything starts;
+what the platform refuses (no fds, no processes) is a SpawnError, and then
+nothing is left running.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cronctl.errors import CronctlError
+from cronctl.proc.fds import GATE_FD, close_all, open_log, pipe
+from cronctl.proc.gate import GATE_NAME, GATE_SCRIPT, GATE_SHELL
+from cronctl.proc.identity import identify
+
+# Python ignores SIGPIPE and SIGXFSZ; ignored signals survive exec, and a job
+# run with SIGPIPE ignored behaves differently (`yes | head` never ends).
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    run_id: str
+    job: str
+    command: str | tuple[str, ...]  # str: /bin/sh -c; tuple: argv
+    cwd: str | None
+    env: Mapping[str, str]  # merged over os.environ
+    timeout: float  # seconds from the gate opening, 0 = none
+    kill_grace: float
+    log_path: Path
+    log_cap: int = 1_000_000
+    drain_timeout: float = 2.0
+
+
+@dataclass(frozen=True)
+class Spawned:
+    run_id: str
+    pid: int
+    start_time: float
+
+
+class SpawnError(CronctlError):
+    """The platform could not start the child; nothing is left running."""
+
+    def __init__(self, errno_: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+class BlockedConfig(CronctlError):
+    """The run cannot start as configured (cwd or executable missing)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+SpawnFn = Callable[[str, Sequence[str], Mapping[str, str], Sequence[tuple[Any, ...]]], int]
+
+
+def spawn_session(
+    path: str, argv: Sequence[str], env: Mapping[str, str], file_actions: Sequence[tuple[Any, ...]]
+) -> int:
+    """The real spawn: a new session (hence its own process group), default signals.
+
+    posix_spawn rather than subprocess.Popen, because Popen objects reap their
+    own children and would race with the supervisor's reaping.
+    """
+    return os.posix_spawn(
+        path,
+        list(argv),
+        dict(env),
+        file_actions=list(file_actions),
+        setsid=True,
+        setsigmask=(),
+        setsigdef=_DEFAULT_SIGNALS,
+    )
+
+
+# --- pre-flight -------------------------------------------------------------
+
+
+def preflight(req: RunRequest) -> tuple[dict[str, str], list[str]]:
+    """The child's environment and gated argv, once the request is known to be startable."""
+    env = {**os.environ, **req.env}
+    argv = _command_argv(req.command)
+    cwd = _check_cwd(req.cwd)
+    if not isinstance(req.command, str):
+        _check_executable(argv[0], env, cwd)
+    return env, _gate_argv(req.command, cwd)
+
+
+def _command_argv(command: str | tuple[str, ...]) -> list[str]:
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    argv = list(command)
+    if not argv or not argv[0]:
+        raise BlockedConfig("command", "the command is empty; give a program to run")
+    return argv
+
+
+def _gate_argv(command: str | tuple[str, ...], cwd: str) -> list[str]:
+    """The gated child's argv: the gate script, the directory, then what it runs (see GATE_SCRIPT)."""
+    tail = ["-c", command] if isinstance(command, str) else _command_argv(command)
+    return [GATE_SHELL, "-c", GATE_SCRIPT, GATE_NAME, cwd, *tail]
+
+
+def _check_cwd(cwd: str | None) -> str:
+    if cwd is None:
+        return ""
+    path = os.path.abspath(cwd)
+    if not os.path.isdir(path):
+        raise BlockedConfig("cwd", f"working directory {cwd!r} does not exist or is not a directory")
+    if not os.access(path, os.X_OK):
+        raise BlockedConfig("cwd", f"working directory {cwd!r} cannot be entered (permission denied)")
+    return path
+
+
+def _check_executable(program: str, env: Mapping[str, str], cwd: str) -> None:
+    if "/" in program:
+        path = os.path.join(cwd or os.getcwd(), program)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return
+        raise BlockedConfig("command", f"executable {program!r} does not exist or is not executable")
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise BlockedConfig("command", f"executable {program!r} not found in PATH; install it or use a full path")
+
+
+def open_run_log(req: RunRequest) -> int:
+    try:
+        return open_log(req.log_path)
+    except OSError as exc:
+        raise SpawnError(exc.errno or errno.EIO, f"cannot open log {req.log_path}: {exc.strerror}") from exc
+
+
+# --- the gated child ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GatedChild:
+    """A child blocked on its gate, and the parent's fds for it."""
+
+    pid: int
+    start_time: float
+    pidfd: int
+    out_fd: int  # non-blocking read end of its stdout and stderr
+    gate_fd: int
+    log_fd: int
+    spawned_mono: float
+
+    def discard(self) -> None:
+        """Kill and reap the child and close our fds: nothing of its command has run."""
+        discard_child(self.pid)
+        close_all([self.pidfd, self.gate_fd, self.out_fd, self.log_fd])
+
+
+def start_gated(
+    req: RunRequest, env: Mapping[str, str], argv: Sequence[str], log_fd: int, spawn: SpawnFn, now: Callable[[], float]
+) -> GatedChild:
+    """Spawn the gated child and open its pidfd; on any failure nothing is left open or running.
+
+    `log_fd` is taken over: closed here on failure.
+    """
+    gate_r = gate_w = out_r = out_w = None
+    try:
+        gate_r, gate_w = pipe()
+        out_r, out_w = pipe()
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, out_w, 2),
+            (os.POSIX_SPAWN_DUP2, gate_r, GATE_FD),
+        ]
+        pid = spawn(GATE_SHELL, argv, env, actions)
+    except OSError as exc:
+        close_all([gate_r, gate_w, out_r, out_w, log_fd])
+        raise SpawnError(exc.errno or errno.EIO, f"cannot start run {req.run_id} of {req.job}: {exc}") from exc
+    except BaseException:
+        close_all([gate_r, gate_w, out_r, out_w, log_fd])
+        raise
+    close_all([gate_r, out_w])
+    spawned_mono = now()
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(pid)
+        ident = identify(pid)
+        if ident is None:
+            raise OSError(errno.ESRCH, "the child vanished before it was identified")
+    except OSError as exc:
+        # The child is blocked on its gate and still unreaped: killing it
+        # by bare pid is safe, and nothing of the command has run.
+        discard_child(pid)
+        close_all([pidfd, gate_w, out_r, log_fd])
+        raise SpawnError(exc.errno or errno.EIO, f"cannot watch run {req.run_id} of {req.job}: {exc}") from exc
+    os.set_blocking(out_r, False)
+    return GatedChild(pid, ident.start_time, pidfd, out_r, gate_w, log_fd, spawned_mono)
+
+
+def discard_child(pid: int) -> None:
+    """SIGKILL and reap a child by bare pid: safe only while it is ours and unreaped."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
