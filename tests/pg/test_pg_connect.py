@@ -34,6 +34,8 @@ from cronctl.store.pg.redact import redact
     ("postgres://bob:p%40ss@db/jobs?sslmode=require", "postgres://bob:***@db/jobs?sslmode=require"),
     ("postgresql://bob:s3@cret@db/jobs", "postgresql://bob:***@db/jobs"),
     ("postgresql://bob@db/jobs", "postgresql://bob@db/jobs"),
+    ("postgresql://bob:s3cret@[::1]:5432/jobs", "postgresql://bob:***@[::1]:5432/jobs"),
+    ("postgresql://db:5432/jobs?user=a@b", "postgresql://db:5432/jobs?user=a@b"),
     ("postgresql://db:5432/jobs", "postgresql://db:5432/jobs"),
     ("postgresql:///jobs?host=/run/pg&password=s3cret&user=bob", "postgresql:///jobs?host=/run/pg&password=***&user=bob"),
     ("host=db port=5432 password=s3cret dbname=jobs", "host=db port=5432 password=*** dbname=jobs"),
