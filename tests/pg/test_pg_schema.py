@@ -18,7 +18,8 @@ from cronctl.store.pg.schema import (
     schema_version,
 )
 
-TABLES = {"cronctl_schema", "cronctl_jobs", "cronctl_loops", "cronctl_runs", "cronctl_audit", "cronctl_requests"}
+TABLES = {"cronctl_schema", "cronctl_jobs", "cronctl_loops", "cronctl_runs", "cronctl_audit", "cronctl_requests",
+          "cronctl_meta"}
 
 
 @pytest.fixture
@@ -49,6 +50,18 @@ def test_migrating_again_changes_nothing(conn: Connection) -> None:
     ensure_schema(conn)
     assert ensure_schema(conn) == SCHEMA_VERSION
     assert _versions(conn) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_version_1_database_gains_the_lease_store_columns_and_keeps_its_rows(conn: Connection) -> None:
+    assert ensure_schema(conn, MIGRATIONS[:1]) == 1
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap) VALUES ('kept', '{}', 'skip')")
+    assert ensure_schema(conn) == SCHEMA_VERSION
+    with conn.transaction():
+        assert conn.execute("SELECT name FROM cronctl_jobs").fetchall() == [("kept",)]
+        assert conn.execute("SELECT key, value FROM cronctl_meta ORDER BY key").fetchall() == [
+            ("counters", {}), ("metrics", {})]
+        conn.execute("SELECT claim, record FROM cronctl_runs")
 
 
 def test_an_older_database_is_upgraded_one_version_at_a_time(conn: Connection) -> None:

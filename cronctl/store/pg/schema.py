@@ -113,7 +113,19 @@ _V1 = (
     "CREATE INDEX cronctl_requests_open ON cronctl_requests (id) WHERE served_at IS NULL",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# V2: the lease store's run path (store/pg/leases.py) keeps each live claim's record as
+# the JSON store writes it (`claim`) and each ended run's history record (`record`); the
+# recovery counters and the lateness histogram live in `cronctl_meta`, one row each.
+_V2 = (
+    "ALTER TABLE cronctl_runs ADD COLUMN claim jsonb, ADD COLUMN record jsonb",
+    """CREATE TABLE cronctl_meta (
+        key text PRIMARY KEY,
+        value jsonb NOT NULL DEFAULT '{}'::jsonb)""",
+    "INSERT INTO cronctl_meta (key) VALUES ('counters'), ('metrics')",
+    "CREATE INDEX cronctl_runs_ended ON cronctl_runs (job, ended_at, fence) WHERE record IS NOT NULL",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (
