@@ -1,0 +1,86 @@
+"""What `PgLeaseStore` adds to the contract suite (tests/contract): the database clock, row locks, rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from pghelp import db_now, one
+
+from cronctl.clock import FakeClock
+from cronctl.jobs.state import entry_from, new_state
+from cronctl.models import JobSpec, RunStatus
+from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
+from cronctl.store.leases import RunEnd
+from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.jobs import put_entry
+from cronctl.store.pg.leases import PgLeaseStore
+
+OWNER = Owner("gen-a", 1001, 111.0, "boot-1")
+LONG_AGO = datetime(1990, 1, 1, tzinfo=timezone.utc)
+
+
+def define(conn: Connection, name: str, next_run_at: datetime) -> None:
+    spec = JobSpec(name=name, command="true", every=3600.0)
+    with conn.transaction():
+        put_entry(conn, entry_from(spec, new_state(next_run_at, next_run_at)))
+
+
+def store(conn: Connection, clock: FakeClock | None = None) -> PgLeaseStore:
+    return PgLeaseStore(conn, "host-a", clock=clock or FakeClock(LONG_AGO))
+
+
+def lease_from(clock: FakeClock, seconds: float = 60.0) -> Lease:
+    return Lease(1_000.0, clock.now() + timedelta(seconds=seconds))
+
+
+def test_by_default_the_database_clock_judges_what_is_due(conn: Connection) -> None:
+    now = db_now(conn)
+    define(conn, "due", now - timedelta(seconds=1))
+    define(conn, "later", now + timedelta(hours=1))
+    clock = FakeClock(LONG_AGO)  # this host's clock is decades behind: it must not matter
+    batch = store(conn, clock).claim_due(clock.now(), OWNER, lease_from(clock))
+    assert [new.job for new in batch.claims] == ["due"]
+    ahead = FakeClock(datetime(2100, 1, 1, tzinfo=timezone.utc))  # nor a clock far ahead
+    assert store(conn, ahead).claim_due(ahead.now(), OWNER, lease_from(ahead)).claims == []
+
+
+def test_a_lease_is_moved_onto_the_database_clock(conn: Connection) -> None:
+    define(conn, "due", db_now(conn) - timedelta(seconds=1))
+    clock = FakeClock(LONG_AGO)
+    [new] = store(conn, clock).claim_due(clock.now(), OWNER, lease_from(clock, 60.0)).claims
+    left = one(conn, "SELECT extract(epoch FROM lease_expires_at - clock_timestamp()) FROM cronctl_runs"
+                     " WHERE run_id = %s", new.run_id)
+    assert 30.0 < float(left) <= 60.0
+
+
+def test_a_job_another_loop_is_deciding_on_is_skipped_not_waited_for(
+        connections: Callable[[], Connection]) -> None:
+    first, second = connections(), connections()
+    define(first, "due", db_now(first) - timedelta(seconds=1))
+    clock = FakeClock(LONG_AGO)
+    with first.transaction():
+        first.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'due' FOR UPDATE")  # a loop mid-claim
+        assert store(second).claim_due(clock.now(), OWNER, lease_from(clock)).claims == []
+    [new] = store(second).claim_due(clock.now(), OWNER, lease_from(clock)).claims
+    assert new.job == "due"
+    assert store(first).claim_due(clock.now(), OWNER, lease_from(clock)).claims == []
+
+
+def test_a_run_is_one_row_from_claim_to_record(conn: Connection) -> None:
+    define(conn, "due", db_now(conn) - timedelta(seconds=1))
+    clock = FakeClock(LONG_AGO)
+    leases = store(conn, clock)
+    [new] = leases.claim_due(clock.now(), OWNER, lease_from(clock)).claims
+    row = "SELECT state, host_id, pid, record IS NULL FROM cronctl_runs WHERE run_id = %s"
+    assert one(conn, row, new.run_id) == ("claimed", "host-a", None, True)
+    leases.mark_dispatched(OWNER, [Dispatched("due", new.run_id, 4242, 1.0, 2.0)], clock.now())
+    assert one(conn, row, new.run_id) == ("running", "host-a", 4242, True)
+    leases.finish_many(OWNER, [RunEnd(new.run_id, Outcome(RunStatus.SUCCESS, None, exit_code=0))], clock.now())
+    assert one(conn, row, new.run_id) == ("success", "host-a", 4242, False)
+    [record] = leases.history("due")
+    assert (record["run_id"], record["status"]) == (new.run_id, "success")
+    with conn.transaction():
+        events = conn.execute("SELECT event, host_id FROM cronctl_audit WHERE run_id = %s ORDER BY id",
+                              (new.run_id,)).fetchall()
+    assert events == [("run.claimed", "host-a"), ("run.finished", "host-a")]  # the JSON store's rows, + the host
