@@ -42,13 +42,18 @@ def status(ctx: Context) -> StatusReport:
     now = ctx.clock.now()
     # The document itself, not ctx.leases.jobs(): the fast path of `status --json` must not
     # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
-    doc = ctx.store.read()
+    views, counters = _read_jobs(ctx)
     expired = lease_checker()
-    jobs = []
-    for name in sorted(doc["jobs"]):
-        view = JobView.from_entry(doc["jobs"][name])
-        jobs.append(JobStatus(view, job_health(view, now, owner_alive, expired)))
-    return StatusReport(loop_status(ctx.paths, now), jobs, dict(doc.get("counters") or {}))
+    jobs = [JobStatus(view, job_health(view, now, owner_alive, expired)) for view in views]
+    return StatusReport(loop_status(ctx.paths, now), jobs, counters)
+
+
+def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int]]:
+    """Every job by name and the counters: the lease store's views on PostgreSQL, one document read otherwise."""
+    if ctx.on_postgres:
+        return ctx.leases.jobs(), ctx.leases.counters()
+    doc = ctx.store.read()
+    return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])], dict(doc.get("counters") or {})
 
 
 def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:

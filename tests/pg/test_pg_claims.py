@@ -6,7 +6,6 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from pghelp import audit_events, make_due_again, make_loop, one, put_due_job
 
 from cronctl.errors import JobNotFoundError
 from cronctl.models import Catchup, RunStatus
@@ -25,6 +24,7 @@ from cronctl.store.pg.claims import (
     renew,
 )
 from cronctl.store.pg.connect import Connection
+from tests.pg.pghelp import audit_events, make_due_again, make_loop, one, put_due_job
 
 LEASE = 60.0
 EXPIRED = -10.0  # a lease that ended ten seconds ago on the database clock

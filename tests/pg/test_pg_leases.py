@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from pghelp import db_now, one
-
 from cronctl.clock import FakeClock
 from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import JobSpec, RunStatus
@@ -15,6 +13,7 @@ from cronctl.store.leases import RunEnd
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.leases import PgLeaseStore
+from tests.pg.pghelp import db_now, one
 
 OWNER = Owner("gen-a", 1001, 111.0, "boot-1")
 LONG_AGO = datetime(1990, 1, 1, tzinfo=timezone.utc)

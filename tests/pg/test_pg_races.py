@@ -15,7 +15,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import pytest
-from pghelp import make_due_again, make_loop, one, put_due_job, wait_until_blocked
 
 from cronctl.models import RunStatus
 from cronctl.store.claims import Outcome
@@ -32,6 +31,7 @@ from cronctl.store.pg.claims import (
     renew,
 )
 from cronctl.store.pg.connect import Connection
+from tests.pg.pghelp import make_due_again, make_loop, one, put_due_job, wait_until_blocked
 
 LEASE = 60.0
 EXPIRED = -10.0

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
-from pghelp import one, put_due_job
 
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.server import UnsafeServerError, check_durability
 from cronctl.store.pg.transaction import Limits, short_transaction
+from tests.pg.pghelp import one, put_due_job
 
 SETTINGS = ("SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('lock_timeout'),"
             " current_setting('statement_timeout')")

@@ -117,7 +117,9 @@ def _save_jobs(tx: DocTransaction) -> None:
         if _dump(entry) == tx._before.get(name):
             continue
         state = dict(entry["state"])
-        claims: dict[str, Any] = state.pop("claims", None) or {}
+        claims: dict[str, Any] = state.get("claims") or {}
+        if "claims" in state:
+            state["claims"] = {}  # the key stays, as the JSON document keeps it; the claims are runs rows
         before = json.loads(tx._before[name])["state"].get("claims") or {}
         _save_claims(tx, name, entry, before, claims)
         tx.conn.execute(

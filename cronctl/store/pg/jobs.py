@@ -42,7 +42,7 @@ def put_entry(conn: Connection, entry: dict[str, Any]) -> None:
 
     Its claims, if any, are not definitions: the lease store writes those as runs.
     """
-    state = {key: value for key, value in entry["state"].items() if key != "claims"}
+    state = {key: {} if key == "claims" else value for key, value in entry["state"].items()}
     spec = JobSpec.from_dict(entry)
     conn.execute(
         """INSERT INTO cronctl_jobs (name, spec, overlap, paused, next_run_at, state)

@@ -299,14 +299,19 @@ class PgLeaseStore:
         return [row[0] for row in rows]
 
     def history(self, job: str | None, count: int | None = None) -> list[dict[str, Any]]:
-        """Ended runs' records, oldest first (by end, then by claim); the last `count` of them."""
+        """Ended runs' records with the host that ran them, the last `count` of them.
+
+        In the JSON store's order: job by job, each oldest first (by end, then by claim).
+        """
         if count is not None and count <= 0:
             return []
         with self.conn.transaction():
             rows = self.conn.execute(
-                "SELECT record FROM (SELECT record, ended_at, fence FROM cronctl_runs"
-                " WHERE record IS NOT NULL AND (%(job)s::text IS NULL OR job = %(job)s)"
-                " ORDER BY ended_at DESC, fence DESC LIMIT %(count)s) AS last ORDER BY ended_at, fence",
+                "SELECT record || jsonb_build_object('host', host_id) FROM"
+                " (SELECT record, host_id, job, ended_at, fence FROM cronctl_runs"
+                "   WHERE record IS NOT NULL AND (%(job)s::text IS NULL OR job = %(job)s)"
+                "   ORDER BY job DESC, ended_at DESC, fence DESC LIMIT %(count)s) AS last"
+                " ORDER BY job, ended_at, fence",
                 {"job": job, "count": count}).fetchall()
         return [row[0] for row in rows]
 
