@@ -5,8 +5,8 @@ loops never deadlock), assembles `{"jobs": {name: entry}, "counters", "metrics"}
 them and their live runs, lets the caller change that document, and on a clean exit
 writes back what changed, in the same transaction:
 
-- a job row: its state (without claims), and the `next_run_at`/`paused` columns the due
-  index reads;
+- a job row: its state (without claims), and the `next_run_at`/`wake_at`/`paused`
+  columns the due indexes read;
 - a claim: one `cronctl_runs` row, `claimed` until dispatched, then `running`; a claim
   that went with a history record becomes that ended run; one that went without (a
   hand-back, a spawn failure) is deleted: nothing of it ran;
@@ -32,6 +32,7 @@ from cronctl.models import Overlap
 from cronctl.store.claims import Event
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.jobs import wake_at
 from cronctl.store.pg.transaction import short_transaction
 from cronctl.timefmt import from_iso
 
@@ -123,10 +124,10 @@ def _save_jobs(tx: DocTransaction) -> None:
         before = json.loads(tx._before[name])["state"].get("claims") or {}
         _save_claims(tx, name, entry, before, claims)
         tx.conn.execute(
-            "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, paused = %s, updated_at = clock_timestamp()"
-            " WHERE name = %s",
-            (Jsonb(state), from_iso(state.get("next_run_at")), bool(entry.get("paused") or state.get("paused")),
-             name))
+            "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
+            " updated_at = clock_timestamp() WHERE name = %s",
+            (Jsonb(state), from_iso(state.get("next_run_at")), wake_at(state),
+             bool(entry.get("paused") or state.get("paused")), name))
 
 
 def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],

@@ -45,14 +45,22 @@ def put_entry(conn: Connection, entry: dict[str, Any]) -> None:
     state = {key: {} if key == "claims" else value for key, value in entry["state"].items()}
     spec = JobSpec.from_dict(entry)
     conn.execute(
-        """INSERT INTO cronctl_jobs (name, spec, overlap, paused, next_run_at, state)
-           VALUES (%(name)s, %(spec)s, %(overlap)s, %(paused)s, %(next)s, %(state)s)
+        """INSERT INTO cronctl_jobs (name, spec, overlap, paused, next_run_at, wake_at, state)
+           VALUES (%(name)s, %(spec)s, %(overlap)s, %(paused)s, %(next)s, %(wake)s, %(state)s)
            ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, overlap = EXCLUDED.overlap,
-               paused = EXCLUDED.paused, next_run_at = EXCLUDED.next_run_at, state = EXCLUDED.state,
+               paused = EXCLUDED.paused, next_run_at = EXCLUDED.next_run_at, wake_at = EXCLUDED.wake_at,
+               state = EXCLUDED.state,
                spec_version = cronctl_jobs.spec_version + 1, updated_at = clock_timestamp()""",
         {"name": spec.name, "spec": Jsonb(spec.to_dict()), "overlap": spec.overlap.value,
          "paused": bool(spec.paused or state.get("paused")), "next": from_iso(state.get("next_run_at")),
-         "state": Jsonb(state)})
+         "wake": wake_at(state), "state": Jsonb(state)})
+
+
+def wake_at(state: dict[str, Any]) -> datetime | None:
+    """The earliest instant the job has something due: its next slot or its pending retry."""
+    due = [when for when in (from_iso(state.get("next_run_at")), from_iso((state.get("retry") or {}).get("due_at")))
+           if when is not None]
+    return min(due) if due else None
 
 
 def set_paused(conn: Connection, name: str, paused: bool, now: datetime) -> bool:

@@ -45,8 +45,8 @@ from cronctl.timefmt import from_iso, to_iso
 JudgeBy = Literal["database", "caller"]
 
 _BY_NAMES = "name = ANY(%(names)s)"
-_DUE = ("NOT paused AND (next_run_at <= coalesce(%(now)s, clock_timestamp())"
-        " OR (state->'retry'->>'due_at')::timestamptz <= coalesce(%(now)s, clock_timestamp()))")
+# As in pg/claims.py: the instant in a sub-select, so the index on wake_at range-scans.
+_DUE = "NOT paused AND wake_at <= (SELECT coalesce(%(now)s, clock_timestamp()))"
 _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
 
 

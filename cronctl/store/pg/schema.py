@@ -115,7 +115,8 @@ _V1 = (
 
 # V2: the lease store's run path (store/pg/leases.py) keeps each live claim's record as
 # the JSON store writes it (`claim`) and each ended run's history record (`record`); the
-# recovery counters and the lateness histogram live in `cronctl_meta`, one row each.
+# recovery counters and the lateness histogram live in `cronctl_meta`, one row each;
+# `wake_at` (below) is what it claims by.
 _V2 = (
     "ALTER TABLE cronctl_runs ADD COLUMN claim jsonb, ADD COLUMN record jsonb",
     """CREATE TABLE cronctl_meta (
@@ -123,6 +124,10 @@ _V2 = (
         value jsonb NOT NULL DEFAULT '{}'::jsonb)""",
     "INSERT INTO cronctl_meta (key) VALUES ('counters'), ('metrics')",
     "CREATE INDEX cronctl_runs_ended ON cronctl_runs (job, ended_at, fence) WHERE record IS NOT NULL",
+    # The earliest instant a job has something due, its next slot or its pending retry:
+    # what the lease store's claim scans, on an index instead of every row's state.
+    "ALTER TABLE cronctl_jobs ADD COLUMN wake_at timestamptz",
+    "CREATE INDEX cronctl_jobs_wake ON cronctl_jobs (wake_at) WHERE NOT paused AND wake_at IS NOT NULL",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
