@@ -72,7 +72,7 @@ class PgLeaseStore:
 
     def claim_ahead(self, now: datetime, horizon: datetime, owner: Owner, lease: Lease,
                     capacity: int | None = None) -> ClaimBatch:
-        judged = self._db_now() if self.judge_by == "database" else now  # the rows to lock depend on it
+        judged = self.db_now() if self.judge_by == "database" else now  # the rows to lock depend on it
         horizon = judged + (horizon - now)
         with self._tx(_AHEAD, {"now": judged, "horizon": horizon}, skip_locked=True) as tx:
             batch = claims_mod.claim_ahead(tx.doc, judged, horizon, owner, self._lease(tx, lease), capacity)
@@ -326,7 +326,8 @@ class PgLeaseStore:
             skip_locked: bool = False) -> Any:
         return doc_transaction(self.conn, self.host_id, where, params, meta=meta, skip_locked=skip_locked)
 
-    def _db_now(self) -> datetime:
+    def db_now(self) -> datetime:
+        """The database clock now (what this store judges by, unless told to judge at the caller's)."""
         with self.conn.transaction():
             row = self.conn.execute("SELECT clock_timestamp()").fetchone()
         assert row is not None
