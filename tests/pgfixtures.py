@@ -35,7 +35,7 @@ def _session_server() -> str:
     if not _STARTED:
         _STARTED.append(pgserver.start())
         atexit.register(pgserver.stop, _STARTED[0].data_dir)
-    return _STARTED[0].url
+    return str(_STARTED[0].url)
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +45,7 @@ def pg_server_url() -> str:
     if given:
         return given
     try:
-        return _session_server()
+        return str(_session_server())
     except pgserver.ServerUnavailable as exc:
         _unavailable(str(exc))
         raise AssertionError("unreachable: skip or fail raised") from exc

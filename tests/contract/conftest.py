@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pgfixtures
 import pytest
 
 from cronctl.clock import FakeClock
@@ -28,6 +27,7 @@ from cronctl.store.pg.connect import connect, parse_store_url
 from cronctl.store.pg.jobs import put_entry, set_paused
 from cronctl.store.pg.leases import PgLeaseStore
 from cronctl.timefmt import to_iso
+from tests import pgfixtures
 
 # The shared PostgreSQL fixtures (a fresh database per test), registered by name here.
 pg_server_url = pgfixtures.pg_server_url

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-import pgfixtures
 import pytest
 
 from cronctl.store.pg.connect import Connection, connect, parse_store_url
+from tests import pgfixtures
 
 # The shared PostgreSQL fixtures (a fresh database per test), registered by name here.
 pg_server_url = pgfixtures.pg_server_url
