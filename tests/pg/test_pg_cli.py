@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cronctl.cli import fastpath
+from cronctl.clock import SystemClock
+from cronctl.store.claims import Dispatched, Lease, Owner
+from cronctl.store.pg.connect import connect, parse_store_url
+from cronctl.store.pg.leases import PgLeaseStore
 
 READS = (("list", "--json"), ("show", "tick", "--json"), ("status", "--json"))
 
@@ -100,3 +105,21 @@ def test_commands_not_on_postgres_yet_say_so(cli: Any, store_url: str, args: tup
     # doctor reports it as its finding about the store (stdout); the others as their error (stderr)
     assert refused.code == 1 and "does not work on the PostgreSQL store" in refused.err + refused.out, refused
     assert "Traceback" not in refused.err + refused.out
+
+
+def test_status_judges_a_run_of_another_host_by_its_lease(cli: Any, store_url: str) -> None:
+    filled_home(cli)
+    assert cli("--store", store_url, "store", "import-json").code == 0
+    remote = Owner("gen-remote", 4242, 1.0, "a-boot-of-another-host")
+    with connect(parse_store_url(store_url)) as conn:
+        leases = PgLeaseStore(conn, "host-b", clock=SystemClock())
+        now = leases.db_now()
+        soon = datetime.now(timezone.utc) + timedelta(minutes=5)
+        [run] = leases.claim_force("tick", now, remote, Lease(0.0, soon)).claims
+        leases.mark_dispatched(remote, [Dispatched("tick", run.run_id, 4242, 1.0, 0.0)], now)
+        by_name = {job["name"]: job for job in cli("--store", store_url, "status", "--json").json()["jobs"]}
+        assert (by_name["tick"]["state"], by_name["tick"]["running"]) == ("running", [run.run_id])
+
+        leases.renew(remote, {run.run_id: "tick"}, Lease(0.0, datetime.now(timezone.utc) - timedelta(minutes=1)))
+    by_name = {job["name"]: job for job in cli("--store", store_url, "status", "--json").json()["jobs"]}
+    assert by_name["tick"]["state"] == "wedged" and "has not been renewed" in by_name["tick"]["reason"]
