@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -83,3 +84,29 @@ def test_a_run_is_one_row_from_claim_to_record(conn: Connection) -> None:
         events = conn.execute("SELECT event, host_id FROM cronctl_audit WHERE run_id = %s ORDER BY id",
                               (new.run_id,)).fetchall()
     assert events == [("run.claimed", "host-a"), ("run.finished", "host-a")]  # the JSON store's rows, + the host
+
+
+def test_two_loops_claiming_at_once_claim_each_slot_once(connections: Callable[[], Connection]) -> None:
+    setup = connections()
+    now = db_now(setup)
+    names = [f"job{i:02}" for i in range(20)]
+    for name in names:
+        define(setup, name, now - timedelta(seconds=1))
+    loops = [store(connections()), store(connections())]
+    start = threading.Barrier(2)
+    claimed: list[list[str]] = [[], []]
+
+    def claim(index: int) -> None:
+        start.wait()
+        for _ in range(3):
+            clock = FakeClock(LONG_AGO)
+            batch = loops[index].claim_due(clock.now(), OWNER, lease_from(clock))
+            claimed[index].extend(new.job for new in batch.claims)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(claimed[0] + claimed[1]) == names  # every due slot once, whichever loop got it
+    assert one(setup, "SELECT count(*) FROM cronctl_runs") == len(names)
