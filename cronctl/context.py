@@ -12,6 +12,7 @@ from cronctl.store.audit import AuditLog
 from cronctl.store.jsonstore import Store
 
 if TYPE_CHECKING:
+    from cronctl.store.backends import PgSession
     from cronctl.store.leases import LeaseStore
     from cronctl.store.pg.connect import StoreUrl
 
@@ -26,6 +27,7 @@ class Context:
     lease_store: LeaseStore | None = None
     # --store / $CRONCTL_STORE: a PostgreSQL database (store/backends.py); None: the JSON store.
     store_url: StoreUrl | None = None
+    pg: PgSession | None = None  # its connection, opened on first use
 
     @property
     def leases(self) -> LeaseStore:
@@ -34,10 +36,10 @@ class Context:
         Built lazily: the `status --json` fast path opens a Context and never needs it,
         and importing the lease machinery would cost it about 20 ms.
         """
-        if self.lease_store is None and self.store_url is not None:
+        if self.lease_store is None and self.pg is not None:
             from cronctl.store.backends import open_pg_lease_store
 
-            self.lease_store = open_pg_lease_store(self.store_url, self.paths, self.clock)
+            self.lease_store = open_pg_lease_store(self.pg, self.paths, self.clock)
         if self.lease_store is None:
             from cronctl.store.leases import JsonLeaseStore
 
@@ -50,17 +52,17 @@ class Context:
         """`store_url` selects PostgreSQL: then the home's JSON document is refused, not used."""
         paths = open_home(home)
         clock = clock or SystemClock()
-        store = Store(paths, lock_timeout=lock_timeout)
         if store_url is not None:
-            from cronctl.store.backends import RefusingStore
+            from cronctl.store.backends import PgAuditLog, PgSession, RefusingStore
 
-            store = RefusingStore(paths, store_url)
+            pg = PgSession(store_url)
+            return cls(paths=paths, store=RefusingStore(paths, store_url), audit=PgAuditLog(pg, paths.audit, clock),
+                       clock=clock, store_url=store_url, pg=pg)
         return cls(
             paths=paths,
-            store=store,
+            store=Store(paths, lock_timeout=lock_timeout),
             audit=AuditLog(paths.audit, clock=clock),
             clock=clock,
-            store_url=store_url,
         )
 
     @property

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from cronctl.cli import fastpath
-from cronctl.clock import SystemClock
+from cronctl.clock import FakeClock, SystemClock
+from cronctl.store.backends import PgAuditLog, PgSession
 from cronctl.store.claims import Dispatched, Lease, Owner
 from cronctl.store.pg.connect import connect, parse_store_url
 from cronctl.store.pg.leases import PgLeaseStore
@@ -123,3 +124,34 @@ def test_status_judges_a_run_of_another_host_by_its_lease(cli: Any, store_url: s
         leases.renew(remote, {run.run_id: "tick"}, Lease(0.0, datetime.now(timezone.utc) - timedelta(minutes=1)))
     by_name = {job["name"]: job for job in cli("--store", store_url, "status", "--json").json()["jobs"]}
     assert by_name["tick"]["state"] == "wedged" and "has not been renewed" in by_name["tick"]["reason"]
+
+
+def test_audit_reads_the_databases_rows_and_run_is_refused_before_writing_any(cli: Any, store_url: str,
+                                                                             home: Path) -> None:
+    filled_home(cli)
+    assert cli("--store", store_url, "store", "import-json").code == 0
+    home_rows = (home / "audit.jsonl").read_bytes() if (home / "audit.jsonl").exists() else b""
+
+    refused = cli("--store", store_url, "run")
+    assert refused.code == 1 and "does not work on the PostgreSQL store" in refused.err
+
+    rows = cli("--store", store_url, "audit", "--json").json()["rows"]
+    assert [(row["event"], row["job"], row["source"]) for row in rows] == [
+        ("job.added", "nightly", "import-json"), ("job.added", "tick", "import-json")]
+    assert all(row["host"] for row in rows)
+    if (home / "audit.jsonl").exists():
+        assert (home / "audit.jsonl").read_bytes() == home_rows  # the home's log is not the store's
+
+
+def test_the_database_audit_log_writes_and_reads_rows_as_the_file_log_does(store_url: str, tmp_path: Path) -> None:
+    session = PgSession(parse_store_url(store_url))
+    log = PgAuditLog(session, tmp_path / "audit.jsonl", FakeClock(datetime(2026, 3, 1, 12, tzinfo=timezone.utc)))
+    echoed: list[dict[str, Any]] = []
+    log.listeners.append(echoed.append)
+    written = log.append("job.paused", job="tick", why=None)
+    log.append("cli.some_new_event", detail=3)  # any event name, as the file log takes
+    assert written == {"ts": "2026-03-01T12:00:00.000+00:00", "event": "job.paused", "job": "tick"}
+    rows = list(log.rows())
+    assert [(row["event"], row.get("job"), row.get("detail")) for row in rows] == [
+        ("job.paused", "tick", None), ("cli.some_new_event", None, 3)]
+    assert echoed[0] == written and not (tmp_path / "audit.jsonl").exists()

@@ -39,9 +39,9 @@ def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, ho
             "INSERT INTO cronctl_audit (event, job, run_id, slot, fence, loop_id, host_id, reason, details)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(row.event.value, row.job, row.run_id, row.slot, row.fence, loop_id, host_id, row.reason,
-              Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=_dumps)) for row in rows])
+              Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps)) for row in rows])
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
     """JSON with instants as the ISO text every other audit row uses."""
     return json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
