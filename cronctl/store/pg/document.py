@@ -69,10 +69,11 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
     is deciding on to that loop (the claim paths).
     """
     with short_transaction(conn):
+        jobs = load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
+        # The instant once the locks are held: a decision is judged when it is taken, not before a wait.
         row = conn.execute("SELECT clock_timestamp()").fetchone()
         assert row is not None
-        lock = "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"
-        tx = DocTransaction(conn, host_id, row[0], {"jobs": load_jobs(conn, where, params, lock)})
+        tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
         if meta:
             tx.doc.update(_load_meta(conn))
         tx._before = {name: _dump(entry) for name, entry in tx.doc["jobs"].items()}
