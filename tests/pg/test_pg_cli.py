@@ -155,3 +155,19 @@ def test_the_database_audit_log_writes_and_reads_rows_as_the_file_log_does(store
     assert [(row["event"], row.get("job"), row.get("detail")) for row in rows] == [
         ("job.paused", "tick", None), ("cli.some_new_event", None, 3)]
     assert echoed[0] == written and not (tmp_path / "audit.jsonl").exists()
+
+
+def test_the_text_of_the_read_commands_is_the_json_stores_too(cli: Any, store_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from cronctl.cli import app as cli_module
+
+    monkeypatch.setitem(cli_module._state, "clock", FakeClock(datetime(2026, 3, 1, 12, tzinfo=timezone.utc)))
+    assert cli("add", "tick", "--every", "1h", "--", "true").code == 0
+    assert cli("add", "nightly", "--cron", "0 3 * * *", "--tz", "Europe/Paris", "--", "echo hi").code == 0
+    assert cli("pause", "nightly").code == 0
+    reads = (("list",), ("show", "tick"), ("show", "nightly"), ("status",), ("history",))
+    before = {args: cli(*args) for args in reads}
+    assert cli("--store", store_url, "store", "import-json").code == 0
+    for args in reads:
+        after = cli("--store", store_url, *args)
+        assert (after.code, after.out) == (before[args].code, before[args].out), args
