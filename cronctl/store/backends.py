@@ -143,6 +143,9 @@ class RefusingStore(Store):
         self._refuse()
         yield  # pragma: no cover - never reached
 
+    def restore_backup(self) -> NoReturn:  # doctor --repair: never touch the home's files instead
+        self._refuse()
+
     def _refuse(self) -> NoReturn:
         raise StoreError(f"this command does not work on the PostgreSQL store ({self.url.shown}) yet; "
                          "run it without --store and $CRONCTL_STORE to use the JSON store of the home "

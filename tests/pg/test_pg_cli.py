@@ -97,7 +97,8 @@ def test_the_status_fast_path_leaves_a_postgres_store_to_the_full_cli(monkeypatc
     assert fastpath.parse(["status", "--json"]) is None
 
 
-@pytest.mark.parametrize("args", [("metrics",), ("doctor",), ("force-run", "tick"), ("kill", "tick"),
+@pytest.mark.parametrize("args", [("metrics",), ("doctor",), ("doctor", "--repair"), ("force-run", "tick"),
+                                  ("kill", "tick"),
                                   ("pause", "tick"), ("edit", "tick", "--every", "2h"), ("remove", "tick")])
 def test_commands_not_on_postgres_yet_say_so(cli: Any, store_url: str, args: tuple[str, ...]) -> None:
     filled_home(cli)
