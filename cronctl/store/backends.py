@@ -13,6 +13,7 @@ store than the one asked for: `RefusingStore` stands in for the document.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timezone
@@ -48,6 +49,7 @@ class PgSession:
     def __init__(self, url: StoreUrl) -> None:
         self.url = url
         self._conn: Connection | None = None
+        self.lock = threading.RLock()  # whoever uses the connection holds it for a whole transaction
 
     def conn(self) -> Connection:
         if self._conn is None:
@@ -65,7 +67,7 @@ def open_pg_lease_store(session: PgSession, paths: Paths, clock: Clock) -> PgLea
     from cronctl.store.pg.identity import host_id
     from cronctl.store.pg.leases import PgLeaseStore
 
-    return PgLeaseStore(session.conn(), host_id(), clock=clock, paths=paths)
+    return PgLeaseStore(session.conn(), host_id(), clock=clock, paths=paths, lock=session.lock)
 
 
 class PgAuditLog(AuditLog):
@@ -92,7 +94,7 @@ class PgAuditLog(AuditLog):
         slot = row.get("slot")
         try:
             conn = self.session.conn()
-            with conn.transaction():
+            with self.session.lock, conn.transaction():
                 conn.execute("INSERT INTO cronctl_audit (event, job, run_id, slot, reason, details)"
                              " VALUES (%s, %s, %s, %s, %s, %s)",
                              (row["event"], row.get("job"), row.get("run_id"),
@@ -109,7 +111,7 @@ class PgAuditLog(AuditLog):
 
     def rows(self) -> Iterator[dict[str, Any]]:
         conn = self.session.conn()
-        with conn.transaction():
+        with self.session.lock, conn.transaction():
             found = conn.execute("SELECT at, event, job, run_id, slot, reason, fence, host_id, details"
                                  " FROM cronctl_audit ORDER BY id").fetchall()
         for at, event, job, run_id, slot, reason, fence, host, details in found:

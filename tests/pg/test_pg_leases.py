@@ -110,3 +110,33 @@ def test_two_loops_claiming_at_once_claim_each_slot_once(connections: Callable[[
         thread.join(timeout=60)
     assert sorted(claimed[0] + claimed[1]) == names  # every due slot once, whichever loop got it
     assert one(setup, "SELECT count(*) FROM cronctl_runs") == len(names)
+
+
+def test_threads_sharing_one_store_take_turns_on_its_connection(conn: Connection) -> None:
+    now = db_now(conn)
+    for i in range(10):
+        define(conn, f"job{i}", now - timedelta(seconds=1))
+    shared = store(conn)
+    errors: list[BaseException] = []
+    claimed: list[str] = []
+    start = threading.Barrier(3)
+
+    def work(claims: bool) -> None:
+        start.wait()
+        try:
+            for _ in range(30):
+                if claims:
+                    clock = FakeClock(LONG_AGO)
+                    claimed.extend(new.job for new in shared.claim_due(clock.now(), OWNER, lease_from(clock)).claims)
+                else:
+                    shared.jobs()
+                    shared.history(None)
+        except BaseException as exc:  # collected: the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i == 0,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == [] and sorted(claimed) == [f"job{i}" for i in range(10)]

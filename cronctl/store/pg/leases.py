@@ -13,6 +13,7 @@ clock by its distance from the caller's clock, so hosts' clocks do not matter (M
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -54,8 +55,12 @@ class PgLeaseStore:
     """`LeaseStore` over one PostgreSQL connection (see the module doc)."""
 
     def __init__(self, conn: Connection, host_id: str, *, judge_by: JudgeBy = "database",
-                 clock: Clock | None = None, paths: Paths | None = None) -> None:
+                 clock: Clock | None = None, paths: Paths | None = None,
+                 lock: threading.RLock | None = None) -> None:
         self.conn = conn
+        # One transaction at a time on the connection: the loop's threads share this store, and
+        # a second thread's `transaction()` would otherwise nest inside the first one's.
+        self.lock = lock or threading.RLock()
         self.host_id = host_id
         self.judge_by = judge_by
         self.clock = clock or SystemClock()
@@ -177,7 +182,7 @@ class PgLeaseStore:
         found: dict[str, str | None] = {end.run_id: end.job for end in ends}
         missing = [run_id for run_id, job in found.items() if job is None]
         if missing:
-            with self.conn.transaction():
+            with self._read():
                 found.update(self.conn.execute("SELECT run_id, job FROM cronctl_runs WHERE run_id = ANY(%s)",
                                                (missing,)).fetchall())
         return found
@@ -267,21 +272,21 @@ class PgLeaseStore:
     # --- read views ------------------------------------------------------------------------------
 
     def has_job(self, job: str) -> bool:
-        with self.conn.transaction():
+        with self._read():
             return self.conn.execute("SELECT 1 FROM cronctl_jobs WHERE name = %s", (job,)).fetchone() is not None
 
     def jobs(self) -> list[JobView]:
-        with self.conn.transaction():
+        with self._read():
             entries = load_jobs(self.conn, "true", {}, lock=None)
         return [JobView.from_entry(entries[name]) for name in sorted(entries)]
 
     def job(self, name: str) -> JobView:
-        with self.conn.transaction():
+        with self._read():
             entries = load_jobs(self.conn, "name = %(name)s", {"name": name}, lock=None)
         return JobView.from_entry(get_entry({"jobs": entries}, name))
 
     def counters(self) -> dict[str, int]:
-        with self.conn.transaction():
+        with self._read():
             row = self.conn.execute("SELECT value FROM cronctl_meta WHERE key = 'counters'").fetchone()
         return {str(key): int(value) for key, value in (row[0] if row else {}).items()}
 
@@ -293,7 +298,7 @@ class PgLeaseStore:
         return run_claim(job, found[0]) if found else None
 
     def _live_claims(self, where: str, *params: Any) -> list[dict[str, Any]]:
-        with self.conn.transaction():
+        with self._read():
             rows = self.conn.execute(f"SELECT claim FROM cronctl_runs WHERE {where} AND claim IS NOT NULL"
                                      " ORDER BY run_id", params).fetchall()
         return [row[0] for row in rows]
@@ -305,7 +310,7 @@ class PgLeaseStore:
         """
         if count is not None and count <= 0:
             return []
-        with self.conn.transaction():
+        with self._read():
             rows = self.conn.execute(
                 "SELECT record || jsonb_build_object('host', host_id) FROM"
                 " (SELECT record, host_id, job, ended_at, fence FROM cronctl_runs"
@@ -322,13 +327,22 @@ class PgLeaseStore:
         with self._tx(_BY_NAMES, {"names": sorted(set(names))}, meta=meta) as tx:
             yield tx
 
+    @contextmanager
     def _tx(self, where: str, params: dict[str, Any], *, meta: bool = False,
-            skip_locked: bool = False) -> Any:
-        return doc_transaction(self.conn, self.host_id, where, params, meta=meta, skip_locked=skip_locked)
+            skip_locked: bool = False) -> Iterator[DocTransaction]:
+        with self.lock, doc_transaction(self.conn, self.host_id, where, params, meta=meta,
+                                        skip_locked=skip_locked) as tx:
+            yield tx
+
+    @contextmanager
+    def _read(self) -> Iterator[None]:
+        """A read-only transaction, alone on the connection."""
+        with self.lock, self.conn.transaction():
+            yield
 
     def db_now(self) -> datetime:
         """The database clock now (what this store judges by, unless told to judge at the caller's)."""
-        with self.conn.transaction():
+        with self._read():
             row = self.conn.execute("SELECT clock_timestamp()").fetchone()
         assert row is not None
         when: datetime = row[0]
