@@ -140,3 +140,16 @@ def test_threads_sharing_one_store_take_turns_on_its_connection(conn: Connection
     for thread in threads:
         thread.join(timeout=60)
     assert errors == [] and sorted(claimed) == [f"job{i}" for i in range(10)]
+
+
+def test_each_host_counts_in_its_own_row_and_the_counters_add_them_up(conn: Connection) -> None:
+    clock = FakeClock(LONG_AGO)
+    for job, host in (("a", "host-a"), ("b", "host-b")):
+        define(conn, job, db_now(conn) - timedelta(seconds=1))
+        leases = PgLeaseStore(conn, host, clock=clock)
+        [new] = leases.claim_due(clock.now(), OWNER, lease_from(clock)).claims
+        assert leases.reclaim(job, new.run_id, OWNER, "owner_dead", clock.now(), 0)
+    with conn.transaction():
+        rows = conn.execute("SELECT key, value FROM cronctl_meta WHERE key LIKE 'counters@%' ORDER BY key").fetchall()
+    assert rows == [("counters@host-a", {"owner_dead": 1}), ("counters@host-b", {"owner_dead": 1})]
+    assert store(conn).counters() == {"owner_dead": 2}

@@ -10,7 +10,8 @@ writes back what changed, in the same transaction:
 - a claim: one `cronctl_runs` row, `claimed` until dispatched, then `running`; a claim
   that went with a history record becomes that ended run; one that went without (a
   hand-back, a spawn failure) is deleted: nothing of it ran;
-- the audit rows and the counters/metrics rows the decision produced.
+- the audit rows and the counters/metrics rows (this host's, `meta_key`) the decision
+  produced.
 
 The row lock of a job is what the JSON store's file lock was: every change of that job's
 state and claims is serialized across hosts, so a slot is claimed once and a finish is
@@ -75,13 +76,13 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
         assert row is not None
         tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
         if meta:
-            tx.doc.update(_load_meta(conn))
+            tx.doc.update(_load_meta(conn, host_id))
         tx._before = {name: _dump(entry) for name, entry in tx.doc["jobs"].items()}
         meta_before = {key: _dump(tx.doc.get(key)) for key in META_KEYS}
         yield tx
         _save_jobs(tx)
         if meta:
-            _save_meta(conn, {key: tx.doc.get(key) or {} for key in META_KEYS
+            _save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
                               if _dump(tx.doc.get(key)) != meta_before[key]})
         write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
 
@@ -102,16 +103,23 @@ def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | 
     return jobs
 
 
-def _load_meta(conn: Connection) -> dict[str, Any]:
+def meta_key(key: str, host_id: str) -> str:
+    """Each host counts in rows of its own, so loops on different hosts never wait on one row;
+    readers add the rows up (`PgLeaseStore.counters`)."""
+    return f"{key}@{host_id}"
+
+
+def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
+    keys = [meta_key(key, host_id) for key in META_KEYS]
+    conn.execute("INSERT INTO cronctl_meta (key) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (keys,))
     rows = conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
-                        (list(META_KEYS),)).fetchall()
-    return {key: value for key, value in rows if value}
+                        (keys,)).fetchall()
+    return {key.split("@", 1)[0]: value for key, value in rows if value}
 
 
-def _save_meta(conn: Connection, changed: dict[str, Any]) -> None:
+def _save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
     for key, value in changed.items():
-        conn.execute("INSERT INTO cronctl_meta (key, value) VALUES (%s, %s)"
-                     " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (key, Jsonb(value)))
+        conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s", (Jsonb(value), meta_key(key, host_id)))
 
 
 def _save_jobs(tx: DocTransaction) -> None:

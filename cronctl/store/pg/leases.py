@@ -286,9 +286,15 @@ class PgLeaseStore:
         return JobView.from_entry(get_entry({"jobs": entries}, name))
 
     def counters(self) -> dict[str, int]:
+        """Every host's counters added up (and those an import brought)."""
         with self._read():
-            row = self.conn.execute("SELECT value FROM cronctl_meta WHERE key = 'counters'").fetchone()
-        return {str(key): int(value) for key, value in (row[0] if row else {}).items()}
+            rows = self.conn.execute("SELECT value FROM cronctl_meta WHERE key = 'counters'"
+                                     " OR key LIKE 'counters@%'").fetchall()
+        totals: dict[str, int] = {}
+        for (counts,) in rows:
+            for key, value in counts.items():
+                totals[str(key)] = totals.get(str(key), 0) + int(value)
+        return totals
 
     def claims_of(self, job: str) -> list[RunClaim]:
         return [run_claim(job, claim) for claim in self._live_claims("job = %s", job)]
