@@ -12,7 +12,9 @@ from cronctl.store.audit import AuditLog
 from cronctl.store.jsonstore import Store
 
 if TYPE_CHECKING:
+    from cronctl.store.backends import PgSession
     from cronctl.store.leases import LeaseStore
+    from cronctl.store.pg.connect import StoreUrl
 
 
 @dataclass
@@ -23,6 +25,9 @@ class Context:
     clock: Clock = field(default_factory=SystemClock)
     # The backend of `leases`; None: the JSON store over `store`, made on first use.
     lease_store: LeaseStore | None = None
+    # --store / $CRONCTL_STORE: a PostgreSQL database (store/backends.py); None: the JSON store.
+    store_url: StoreUrl | None = None
+    pg: PgSession | None = None  # its connection, opened on first use
 
     @property
     def leases(self) -> LeaseStore:
@@ -31,6 +36,10 @@ class Context:
         Built lazily: the `status --json` fast path opens a Context and never needs it,
         and importing the lease machinery would cost it about 20 ms.
         """
+        if self.lease_store is None and self.pg is not None:
+            from cronctl.store.backends import open_pg_lease_store
+
+            self.lease_store = open_pg_lease_store(self.pg, self.paths, self.clock)
         if self.lease_store is None:
             from cronctl.store.leases import JsonLeaseStore
 
@@ -38,12 +47,24 @@ class Context:
         return self.lease_store
 
     @classmethod
-    def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0) -> Context:
+    def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0,
+             store_url: StoreUrl | None = None) -> Context:
+        """`store_url` selects PostgreSQL: then the home's JSON document is refused, not used."""
         paths = open_home(home)
         clock = clock or SystemClock()
+        if store_url is not None:
+            from cronctl.store.backends import PgAuditLog, PgSession, RefusingStore
+
+            pg = PgSession(store_url)
+            return cls(paths=paths, store=RefusingStore(paths, store_url), audit=PgAuditLog(pg, paths.audit, clock),
+                       clock=clock, store_url=store_url, pg=pg)
         return cls(
             paths=paths,
             store=Store(paths, lock_timeout=lock_timeout),
             audit=AuditLog(paths.audit, clock=clock),
             clock=clock,
         )
+
+    @property
+    def on_postgres(self) -> bool:
+        return self.store_url is not None

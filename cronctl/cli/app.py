@@ -6,6 +6,7 @@ commands on `app`; only cli/main.py imports them, so nothing here imports back.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 
@@ -29,7 +30,7 @@ app = typer.Typer(
 )
 
 # "clock" is the test seam of the CLI: tests put a FakeClock here; None means the system clock.
-_state: dict[str, Any] = {"home": None, "clock": None}
+_state: dict[str, Any] = {"home": None, "clock": None, "store": None}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output with stable keys.")]
 
@@ -46,8 +47,12 @@ def root(
                                                  "$XDG_STATE_HOME/cronctl, ~/.local/state/cronctl).")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    store: Annotated[Optional[str], typer.Option("--store", metavar="URL", show_default=False,
+                                                 help="A PostgreSQL store, postgresql://... (default "
+                                                 "$CRONCTL_STORE; none: the JSON store of the home).")] = None,
 ) -> None:
     _state["home"] = home
+    _state["store"] = store
 
 
 def open_context() -> Context:
@@ -55,8 +60,10 @@ def open_context() -> Context:
     # Imported here: the store and audit modules are not needed by --help, validate or export -f.
     from cronctl.context import Context
     from cronctl.paths import resolve_home
+    from cronctl.store.backends import selected_url
 
-    return Context.open(resolve_home(_state["home"]), clock=_state["clock"])
+    return Context.open(resolve_home(_state["home"]), clock=_state["clock"],
+                        store_url=selected_url(_state["store"], os.environ))
 
 
 def cli_clock() -> Clock:
@@ -69,7 +76,10 @@ def open_store_context() -> Context:
     """A context whose store is known to parse: a command that needs the store fails
     on a corrupt one (exit 1, naming the file) even when it would not otherwise read it."""
     ctx = open_context()
-    ctx.store.read()
+    if ctx.on_postgres:
+        _ = ctx.leases  # connects and checks the schema: an unreachable database fails here
+    else:
+        ctx.store.read()
     return ctx
 
 

@@ -10,6 +10,7 @@ statusops and exits (tests/test_fastpath.py compares the two byte for byte).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ class StatusArgs(NamedTuple):
 
 def parse(argv: list[str]) -> StatusArgs | None:
     """The arguments of a `status --json` call, or None for anything else."""
+    if os.environ.get("CRONCTL_STORE"):
+        return None  # the PostgreSQL store: the full CLI reads it (store/backends.py)
     home, rest = _global_options(argv)
     if not rest or rest[0] != "status":
         return None

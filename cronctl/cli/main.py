@@ -22,6 +22,7 @@ from cronctl.cli import runs as _runs  # noqa: F401
 from cronctl.cli import health as _health  # noqa: F401
 from cronctl.cli import migrate as _migrate  # noqa: F401
 from cronctl.cli import metrics as _metrics  # noqa: F401
+from cronctl.cli import store as _store  # noqa: F401  (last: the other commands keep their --help order)
 # isort: on
 
 __all__ = ["app", "main"]  # app: with every command registered (tests list the commands)

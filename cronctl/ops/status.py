@@ -7,7 +7,9 @@ pay for the claim, control and process machinery of force-run and kill.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cronctl.context import Context
@@ -15,7 +17,9 @@ from cronctl.jobs.chain_health import chain_health
 from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus, loop_status
+from cronctl.proc.identity import boot_id
 from cronctl.proc.liveness import lease_checker, owner_alive
+from cronctl.timefmt import from_iso
 
 
 @dataclass(frozen=True)
@@ -43,16 +47,40 @@ def status(ctx: Context) -> StatusReport:
     now = ctx.clock.now()
     # The document itself, not ctx.leases.jobs(): the fast path of `status --json` must not
     # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
-    doc = ctx.store.read()
-    expired = lease_checker()
-    views = {name: JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])}
-    chains = doc.get("chains") or {}
-    specs = {name: view.spec for name, view in views.items()} if chains else {}
+    views, counters, chains = _read_jobs(ctx)
+    alive, expired = _pg_judges(now) if ctx.on_postgres else (owner_alive, lease_checker())
+    specs = {view.spec.name: view.spec for view in views} if chains else {}
     jobs = []
-    for view in views.values():
+    for view in views:
         health = chain_health(chains, view, specs, now) if chains else None
-        jobs.append(JobStatus(view, health or job_health(view, now, owner_alive, expired)))
-    return StatusReport(loop_status(ctx.paths, now), jobs, dict(doc.get("counters") or {}))
+        jobs.append(JobStatus(view, health or job_health(view, now, alive, expired)))
+    return StatusReport(loop_status(ctx.paths, now), jobs, counters)
+
+
+def _pg_judges(now: datetime) -> tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]:
+    """On PostgreSQL a run may belong to a loop on another host: its pid says nothing here, so
+    such an owner counts as alive and its lease (a wall-clock instant on the database clock)
+    judges it; an owner of this boot is checked as on the JSON store."""
+    here = boot_id()
+
+    def alive(owner: dict[str, Any]) -> bool:
+        return owner_alive(owner) if owner.get("boot_id") == here else True
+
+    def expired(claim: dict[str, Any]) -> bool:
+        until = from_iso(claim.get("lease_until"))
+        return until is None or until < now
+
+    return alive, expired
+
+
+def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int], dict[str, Any]]:
+    """Every job by name, the counters and the chains: the lease store's views on PostgreSQL
+    (which keeps no chains yet), one document read otherwise."""
+    if ctx.on_postgres:
+        return ctx.leases.jobs(), ctx.leases.counters(), {}
+    doc = ctx.store.read()
+    chains = doc.get("chains") or {}
+    return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])], dict(doc.get("counters") or {}), chains
 
 
 def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Every test of this directory runs against each backend listed in BACKENDS. A backend
 gives the interface under test, the FakeClock its instants come from, a way to define
 a job (definitions are not the lease interface's business) and the audit rows and
-history records it wrote. The PostgreSQL store plugs in as one more entry here.
+history records it wrote. `postgres` gets a fresh migrated database per test from the
+fixtures of tests/pgfixtures.py (skipped with the reason when no server can be started, failed under CI).
 """
 
 from __future__ import annotations
@@ -18,8 +19,20 @@ import pytest
 
 from cronctl.clock import FakeClock
 from cronctl.context import Context
+from cronctl.jobs.state import entry_from, new_state
 from cronctl.ops import definitions
+from cronctl.schedule.slots import first_slot
 from cronctl.store.leases import LeaseStore
+from cronctl.store.pg.connect import connect, parse_store_url
+from cronctl.store.pg.jobs import put_entry, set_paused
+from cronctl.store.pg.leases import PgLeaseStore
+from cronctl.timefmt import to_iso
+from tests import pgfixtures
+
+# The shared PostgreSQL fixtures (a fresh database per test), registered by name here.
+pg_server_url = pgfixtures.pg_server_url
+pg_url = pgfixtures.pg_url
+store_url = pgfixtures.store_url
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -37,7 +50,7 @@ class Backend:
         return [row for row in self.audit_rows() if row.get("event") == event]
 
 
-def json_backend(tmp_path: Path) -> Iterator[Backend]:
+def json_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     clock = FakeClock(T0)
     ctx = Context.open(tmp_path / "home", clock=clock)
 
@@ -50,9 +63,39 @@ def json_backend(tmp_path: Path) -> Iterator[Backend]:
     yield Backend("json", ctx.leases, clock, define, pause, lambda: list(ctx.audit.rows()))
 
 
-BACKENDS: dict[str, Callable[[Path], Iterator[Backend]]] = {"json": json_backend}
+def postgres_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A fresh migrated database (tests/pg's fixture) judged at the FakeClock's instants."""
+    url = parse_store_url(request.getfixturevalue("store_url"))
+    clock = FakeClock(T0)
+    conn = connect(url)
+    leases = PgLeaseStore(conn, "host-a", judge_by="caller", clock=clock)
+
+    def define(job: str, **options: Any) -> None:
+        spec = definitions.spec_from_options(job, {"command": "true", **options})
+        now = clock.now()
+        with conn.transaction():
+            put_entry(conn, entry_from(spec, new_state(now, first_slot(spec, now))))
+
+    def pause(job: str) -> None:
+        assert set_paused(conn, job, True, clock.now())
+
+    def audit_rows() -> list[dict[str, Any]]:
+        with conn.transaction():
+            rows = conn.execute("SELECT event, job, run_id, slot, reason, details FROM cronctl_audit"
+                                " ORDER BY id").fetchall()
+        return [{"event": event, "job": job, "run_id": run_id, "slot": to_iso(slot), "reason": reason, **details}
+                for event, job, run_id, slot, reason, details in rows]
+
+    try:
+        yield Backend("postgres", leases, clock, define, pause, audit_rows)
+    finally:
+        conn.close()
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Backend]]] = {
+    "json": json_backend, "postgres": postgres_backend}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from BACKENDS[request.param](tmp_path)
+    yield from BACKENDS[request.param](request, tmp_path)

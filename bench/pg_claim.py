@@ -1,0 +1,187 @@
+"""The PostgreSQL store's run path: database time of claim + dispatch + finish of one run.
+
+With 1,000 and 100,000 job rows present (inserted in one INSERT ... SELECT
+generate_series, all due far in the future but one), each round makes that one job due
+again (not timed), then times on the client, over loopback: `claim_due` (which scans the
+due index and claims), `mark_dispatched` (the gate) and `finish`, each one transaction.
+Prints the median and p90 of each step and of the three together, per size.
+
+`--api lease` times the same round through `PgLeaseStore` (what `--store` uses: the job
+rows locked, the pure claim functions, a `cronctl_runs` row per run), with `claim_due`,
+`mark_dispatched` and `finish_many`; `--api sql` (the default) the SQL functions of
+store/pg/claims.py.
+
+The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
+stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
+production server does.
+
+Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api sql|lease]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+import pgserver  # noqa: E402
+import psycopg  # noqa: E402
+
+from cronctl.jobs.state import entry_from, new_state  # noqa: E402
+from cronctl.models import JobSpec, RunStatus  # noqa: E402
+from cronctl.store.claims import Dispatched, Lease, Outcome, Owner  # noqa: E402
+from cronctl.store.leases import RunEnd  # noqa: E402
+from cronctl.store.pg.claims import Gate, LoopIdentity, claim_due, finish, mark_dispatched  # noqa: E402
+from cronctl.store.pg.connect import Connection, connect, parse_store_url  # noqa: E402
+from cronctl.store.pg.jobs import put_entry  # noqa: E402
+from cronctl.store.pg.leases import PgLeaseStore  # noqa: E402
+from cronctl.store.pg.schema import ensure_schema  # noqa: E402
+
+LEASE = 60.0
+SUCCESS = Outcome(RunStatus.SUCCESS, None, exit_code=0, duration=0.01, output_tail="ok\n")
+
+
+@contextmanager
+def server_url(fsync: bool) -> Iterator[str]:
+    given = os.environ.get("CRONCTL_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    server = pgserver.start(fsync=fsync)
+    try:
+        yield server.url
+    finally:
+        pgserver.stop(server.data_dir)
+
+
+@contextmanager
+def fresh_database(url: str) -> Iterator[str]:
+    name = f"cronctl_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def populate(conn: Connection, jobs: int) -> None:
+    """`jobs` rows of an every-60s job due in a year, plus `hot`, the one the rounds fire."""
+    spec = JobSpec(name="template", command="true", every=60.0).to_dict()
+    with conn.transaction():
+        conn.execute(
+            """INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at)
+               SELECT 'job' || i, jsonb_set(%s::jsonb, '{name}', to_jsonb('job' || i)), 'skip',
+                      clock_timestamp() + interval '365 days' + i * interval '1 second'
+                 FROM generate_series(1, %s) AS i""", (psycopg.types.json.Jsonb(spec), jobs - 1))
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at) VALUES ('hot', %s, 'skip', NULL)",
+                     (psycopg.types.json.Jsonb({**spec, "name": "hot"}),))
+    conn.execute("ANALYZE cronctl_jobs")
+    conn.commit()
+
+
+def populate_lease(conn: Connection, jobs: int) -> None:
+    """As `populate`, with the state and `wake_at` the lease store reads."""
+    spec = JobSpec(name="template", command="true", every=60.0).to_dict()
+    with conn.transaction():
+        conn.execute(
+            """INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at, wake_at, state)
+               SELECT 'job' || i, jsonb_set(%s::jsonb, '{name}', to_jsonb('job' || i)), 'skip', at, at,
+                      jsonb_build_object('next_run_at', to_char(at AT TIME ZONE 'UTC',
+                                                                'YYYY-MM-DD"T"HH24:MI:SS.MS"+00:00"'))
+                 FROM (SELECT i, clock_timestamp() + interval '365 days' + i * interval '1 second' AS at
+                         FROM generate_series(1, %s) AS i) AS rows""", (psycopg.types.json.Jsonb(spec), jobs - 1))
+    conn.execute("ANALYZE cronctl_jobs")
+    conn.commit()
+
+
+HOT = JobSpec(name="hot", command="true", every=60.0)
+OWNER = Owner("bench", os.getpid(), 1.0, "bench-boot")
+
+
+def one_lease_round(conn: Connection, leases: PgLeaseStore) -> tuple[float, float, float]:
+    now = leases.db_now()
+    with conn.transaction():
+        put_entry(conn, entry_from(HOT, new_state(now, now - timedelta(seconds=1))))
+    lease = Lease(time.monotonic() + LEASE, now + timedelta(seconds=LEASE))
+    started = time.perf_counter()
+    batch = leases.claim_due(now, OWNER, lease)
+    claimed = time.perf_counter()
+    [run] = batch.claims
+    child = Dispatched(run.job, run.run_id, 4242, 1.0, time.monotonic())
+    assert leases.mark_dispatched(OWNER, [child], now) == [child]
+    dispatched = time.perf_counter()
+    [done] = leases.finish_many(OWNER, [RunEnd(run.run_id, SUCCESS, run.job)], now)
+    assert not done.fenced
+    finished = time.perf_counter()
+    return claimed - started, dispatched - claimed, finished - dispatched
+
+
+def one_round(conn: Connection, me: LoopIdentity) -> tuple[float, float, float]:
+    with conn.transaction():
+        conn.execute("UPDATE cronctl_jobs SET next_run_at = clock_timestamp() - interval '1 second'"
+                     " WHERE name = 'hot'")
+    started = time.perf_counter()
+    batch = claim_due(conn, me, LEASE)
+    claimed = time.perf_counter()
+    [run] = batch.claimed
+    assert mark_dispatched(conn, me, [Gate(run.fence, 4242, 1.0)], LEASE) == {run.fence}
+    dispatched = time.perf_counter()
+    assert not finish(conn, me, run.fence, SUCCESS).fenced
+    finished = time.perf_counter()
+    return claimed - started, dispatched - claimed, finished - dispatched
+
+
+def measure(url: str, jobs: int, rounds: int, api: str) -> dict[str, list[float]]:
+    with fresh_database(url) as db_url, connect(parse_store_url(db_url)) as conn:
+        ensure_schema(conn)
+        if api == "lease":
+            populate_lease(conn, jobs)
+            leases = PgLeaseStore(conn, "bench-host")
+            round_of: Callable[[], tuple[float, float, float]] = lambda: one_lease_round(conn, leases)  # noqa: E731
+        else:
+            populate(conn, jobs)
+            me = LoopIdentity(uuid.uuid4(), "bench-host", "bench-boot", os.getpid(), 1.0)
+            round_of = lambda: one_round(conn, me)  # noqa: E731
+        for _ in range(10):  # warm the caches and the connection
+            round_of()
+        times: dict[str, list[float]] = {"claim": [], "dispatch": [], "finish": [], "total": []}
+        for _ in range(rounds):
+            claim, dispatch, end = round_of()
+            for key, value in (("claim", claim), ("dispatch", dispatch), ("finish", end),
+                               ("total", claim + dispatch + end)):
+                times[key].append(value * 1000)
+        return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--fsync", action="store_true", help="a throwaway server that flushes its WAL to disk")
+    parser.add_argument("--api", choices=("sql", "lease"), default="sql")
+    args = parser.parse_args()
+    with server_url(args.fsync) as url:
+        print(f"{'jobs':>8} {'step':>9} {'median ms':>10} {'p90 ms':>8}")
+        for size in (int(s) for s in args.sizes.split(",")):
+            times = measure(url, size, args.rounds, args.api)
+            for step, values in times.items():
+                p90 = statistics.quantiles(values, n=10)[-1]
+                print(f"{size:>8} {step:>9} {statistics.median(values):>10.2f} {p90:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

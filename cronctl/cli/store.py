@@ -1,0 +1,43 @@
+"""`cronctl store ...`: the PostgreSQL store. Registered on the app by cli/main.py, after the others."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cronctl.cli.app import JsonOpt, app, open_context
+
+store_app = typer.Typer(help="The PostgreSQL store named by --store or $CRONCTL_STORE.\n\n"
+                        "Example: cronctl --store postgresql://cronctl@db/cronctl store import-json",
+                        no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("import-json")
+def import_json(
+    source: Annotated[Optional[Path], typer.Option("--from", metavar="HOME", help="The home whose JSON store to "
+                                                   "copy (default: this invocation's home).")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Replace the PostgreSQL store's jobs, runs and "
+                                          "counters instead of refusing jobs it already has.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a home's job definitions, their state and run history into the PostgreSQL store, in one transaction.
+
+    Example: cronctl --store postgresql://cronctl@db/cronctl store import-json --from ~/.local/state/cronctl
+    """
+    # Imported here: only this command needs the PostgreSQL driver (start-up time).
+    from cronctl.ops.store_import import import_json as run_import
+
+    report = run_import(open_context(), source, replace)
+    done = report.imported
+    if as_json:
+        print(json.dumps({"from": str(report.source), "store": report.target, "jobs": done.jobs,
+                          "records": done.records, "duplicates_skipped": done.duplicates}, sort_keys=True))
+        return
+    print(f"imported {done.jobs} job(s) and {done.records} history record(s) from {report.source} "
+          f"into {report.target}")
+    if done.duplicates:
+        print(f"skipped {done.duplicates} history record(s) of a run already in the store")

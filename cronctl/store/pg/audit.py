@@ -1,0 +1,47 @@
+"""Audit rows of the PostgreSQL store, written in the transaction of the decision they record.
+
+A row carries what SPEC §8 names (event, job, run_id, slot, reason, details) plus who
+decided it across hosts: the claim's fence, the loop and its host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from cronctl.models import AuditEvent
+from cronctl.store.pg.connect import Connection
+from cronctl.timefmt import to_iso
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    event: AuditEvent
+    job: str | None = None
+    run_id: str | None = None
+    slot: datetime | None = None
+    fence: int | None = None
+    reason: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None) -> None:
+    """Insert `rows` inside the caller's transaction: they commit or vanish with its decision."""
+    if not rows:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO cronctl_audit (event, job, run_id, slot, fence, loop_id, host_id, reason, details)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [(row.event.value, row.job, row.run_id, row.slot, row.fence, loop_id, host_id, row.reason,
+              Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps)) for row in rows])
+
+
+def dumps(value: Any) -> str:
+    """JSON with instants as the ISO text every other audit row uses."""
+    return json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))

@@ -1,0 +1,196 @@
+"""Job rows read as the JSON store's document, so the pure functions of `store/claims.py` run unchanged.
+
+One `DocTransaction` locks the job rows it needs (FOR UPDATE, in name order, so two
+loops never deadlock), assembles `{"jobs": {name: entry}, "counters", "metrics"}` from
+them and their live runs, lets the caller change that document, and on a clean exit
+writes back what changed, in the same transaction:
+
+- a job row: its state (without claims), and the `next_run_at`/`wake_at`/`paused`
+  columns the due indexes read;
+- a claim: one `cronctl_runs` row, `claimed` until dispatched, then `running`; a claim
+  that went with a history record becomes that ended run; one that went without (a
+  hand-back, a spawn failure) is deleted: nothing of it ran;
+- the audit rows and the counters/metrics rows (this host's, `meta_key`) the decision
+  produced.
+
+The row lock of a job is what the JSON store's file lock was: every change of that job's
+state and claims is serialized across hosts, so a slot is claimed once and a finish is
+fenced against the claim as it stands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from cronctl.models import Overlap
+from cronctl.store.claims import Event
+from cronctl.store.pg.audit import AuditRow, write_audit
+from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.jobs import wake_at
+from cronctl.store.pg.transaction import short_transaction
+from cronctl.timefmt import from_iso
+
+META_KEYS = ("counters", "metrics")
+_LIVE_STATES = ["claimed", "running"]
+# Keys of an audit event that have their own columns; the rest go to `details`.
+_AUDIT_COLUMNS = ("job", "run_id", "slot", "reason")
+
+
+@dataclass
+class DocTransaction:
+    """The document of one transaction and what to write with it."""
+
+    conn: Connection
+    host_id: str
+    db_now: datetime
+    doc: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> its history record
+    _before: dict[str, str] = field(default_factory=dict)
+
+    def keep_record(self, record: dict[str, Any] | None) -> None:
+        if record is not None:
+            self.records[str(record["run_id"])] = record
+
+
+@contextmanager
+def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str, Any], *,
+                    meta: bool = False, skip_locked: bool = False) -> Iterator[DocTransaction]:
+    """Lock the job rows matching `where` (a constant predicate of this package, never user text).
+
+    `meta` also locks the counters and metrics rows (only transactions that may change
+    them: they are one row each for every loop). `skip_locked` leaves rows another loop
+    is deciding on to that loop (the claim paths).
+    """
+    with short_transaction(conn):
+        jobs = load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
+        # The instant once the locks are held: a decision is judged when it is taken, not before a wait.
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
+        tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
+        if meta:
+            tx.doc.update(_load_meta(conn, host_id))
+        tx._before = {name: _dump(entry) for name, entry in tx.doc["jobs"].items()}
+        meta_before = {key: _dump(tx.doc.get(key)) for key in META_KEYS}
+        yield tx
+        _save_jobs(tx)
+        if meta:
+            _save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
+                              if _dump(tx.doc.get(key)) != meta_before[key]})
+        write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
+
+
+def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | None) -> dict[str, Any]:
+    """Job entries as the JSON document holds them (claims from the live runs), by name.
+
+    `where` and `lock` (None, or a FOR UPDATE clause) are this package's constants.
+    """
+    rows = conn.execute(f"SELECT name, spec, state FROM cronctl_jobs WHERE {where} ORDER BY name {lock or ''}",
+                        params).fetchall()
+    jobs: dict[str, Any] = {name: {**spec, "state": dict(state)} for name, spec, state in rows}
+    if jobs:
+        for job, run_id, claim in conn.execute(
+                "SELECT job, run_id, claim FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
+                " AND claim IS NOT NULL ORDER BY fence", (list(jobs), _LIVE_STATES)):
+            jobs[job]["state"].setdefault("claims", {})[run_id] = claim
+    return jobs
+
+
+def meta_key(key: str, host_id: str) -> str:
+    """Each host counts in rows of its own, so loops on different hosts never wait on one row;
+    readers add the rows up (`PgLeaseStore.counters`)."""
+    return f"{key}@{host_id}"
+
+
+def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
+    keys = [meta_key(key, host_id) for key in META_KEYS]
+    conn.execute("INSERT INTO cronctl_meta (key) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (keys,))
+    rows = conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
+                        (keys,)).fetchall()
+    return {key.split("@", 1)[0]: value for key, value in rows if value}
+
+
+def _save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
+    for key, value in changed.items():
+        conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s", (Jsonb(value), meta_key(key, host_id)))
+
+
+def _save_jobs(tx: DocTransaction) -> None:
+    for name, entry in tx.doc["jobs"].items():
+        if _dump(entry) == tx._before.get(name):
+            continue
+        state = dict(entry["state"])
+        claims: dict[str, Any] = state.get("claims") or {}
+        if "claims" in state:
+            state["claims"] = {}  # the key stays, as the JSON document keeps it; the claims are runs rows
+        before = json.loads(tx._before[name])["state"].get("claims") or {}
+        _save_claims(tx, name, entry, before, claims)
+        tx.conn.execute(
+            "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
+            " updated_at = clock_timestamp() WHERE name = %s",
+            (Jsonb(state), from_iso(state.get("next_run_at")), wake_at(state),
+             bool(entry.get("paused") or state.get("paused")), name))
+
+
+def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],
+                 after: dict[str, Any]) -> None:
+    for run_id, claim in after.items():
+        if run_id not in before:
+            _insert_run(tx, job, entry, claim)
+        elif claim != before[run_id]:
+            tx.conn.execute("UPDATE cronctl_runs SET claim = %s, state = %s, pid = %s, pid_start = %s,"
+                            " dispatched_at = %s, lease_expires_at = %s WHERE run_id = %s",
+                            (Jsonb(claim), _live_state(claim), *_child(claim), from_iso(claim.get("started_at")),
+                             from_iso(claim.get("lease_until")), run_id))
+    for run_id in before.keys() - after.keys():
+        record = tx.records.get(run_id)
+        if record is None:
+            tx.conn.execute("DELETE FROM cronctl_runs WHERE run_id = %s", (run_id,))
+            continue
+        tx.conn.execute(
+            "UPDATE cronctl_runs SET state = %s, reason = %s, fault = %s, exit_code = %s, signal = %s,"
+            " duration_s = %s, output_tail = %s, ended_at = %s, lease_expires_at = NULL, claim = NULL, record = %s"
+            " WHERE run_id = %s",
+            (record["status"], record.get("reason"), record.get("fault"), record.get("exit_code"),
+             record.get("signal"), record.get("duration"), record.get("output_tail"), from_iso(record["ended_at"]),
+             Jsonb(record), run_id))
+
+
+def _insert_run(tx: DocTransaction, job: str, entry: dict[str, Any], claim: dict[str, Any]) -> None:
+    tx.conn.execute(
+        """INSERT INTO cronctl_runs (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id,
+               boot_id, pid, pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        (claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
+         entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
+         tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
+         from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim)))
+
+
+def _live_state(claim: dict[str, Any]) -> str:
+    return "running" if claim.get("dispatched") else "claimed"
+
+
+def _child(claim: dict[str, Any]) -> tuple[int | None, float | None]:
+    child = claim.get("child") or {}
+    return child.get("pid"), child.get("start_time")
+
+
+def audit_row(event: Event) -> AuditRow:
+    """The JSON store's event as a row: its well-known keys in their columns, the rest as details."""
+    details = {key: value for key, value in event.details.items() if key not in _AUDIT_COLUMNS}
+    slot = event.details.get("slot")
+    return AuditRow(event.name, job=event.details.get("job"), run_id=event.details.get("run_id"),
+                    slot=from_iso(slot) if isinstance(slot, str) else slot, reason=event.details.get("reason"),
+                    details=details)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

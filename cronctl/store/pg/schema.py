@@ -1,0 +1,186 @@
+"""The PostgreSQL store's schema, versioned, created and upgraded by cronctl itself (SPEC §9).
+
+`MIGRATIONS[i]` takes a database from version i to i + 1. `ensure_schema` applies what is
+missing in one transaction under a transaction-scoped advisory lock: concurrent cronctl
+processes serialise on the lock, the later ones find the work done, and a failed upgrade
+leaves nothing behind (PostgreSQL's DDL is transactional). The lock ends with the
+transaction, so a transaction-mode pooler cannot strand it. A database already at a
+version this code does not know is refused, never written to.
+
+Tables (MULTIHOST §2): jobs with their spec and the high-water mark `last_slot`; loops;
+runs, where `cronctl_runs_once` lets a (job, slot, attempt) be claimed once and
+`cronctl_runs_alone` allows one live run of an `overlap: skip` job; the fence sequence;
+the audit table; the kill/force-run requests. Indexes serve the hot queries: due jobs,
+expired leases, a loop's live runs, a job's history, the open requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+from cronctl.errors import StoreError
+from cronctl.store.pg.connect import Connection
+
+# pg_advisory_xact_lock key of schema changes: "cronctl" in ASCII, so it reads in pg_locks.
+MIGRATION_LOCK_KEY = 0x63726F6E63746C
+
+LIVE_STATES = ("claimed", "running")
+RUN_STATES = ("claimed", "running", "success", "error", "timeout", "killed", "lost", "not_started")
+
+_V1 = (
+    """CREATE TABLE cronctl_jobs (
+        name text PRIMARY KEY,
+        spec jsonb NOT NULL,
+        spec_version bigint NOT NULL DEFAULT 1,
+        overlap text NOT NULL CHECK (overlap IN ('skip', 'allow', 'replace')),
+        paused boolean NOT NULL DEFAULT false,
+        next_run_at timestamptz,
+        last_slot timestamptz,          -- high-water mark: a slot at or before it never fires again
+        state jsonb NOT NULL DEFAULT '{}'::jsonb,  -- last run, counters: what status shows
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+    "CREATE INDEX cronctl_jobs_due ON cronctl_jobs (next_run_at) WHERE NOT paused AND next_run_at IS NOT NULL",
+    "CREATE SEQUENCE cronctl_fence AS bigint",
+    """CREATE TABLE cronctl_loops (
+        loop_id uuid PRIMARY KEY,       -- fresh at every start, never a hostname
+        host_id text NOT NULL,
+        boot_id text NOT NULL,
+        pid integer NOT NULL,
+        pid_start double precision NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        stopped_at timestamptz)""",
+    "CREATE INDEX cronctl_loops_live ON cronctl_loops (heartbeat_at) WHERE stopped_at IS NULL",
+    f"""CREATE TABLE cronctl_runs (
+        run_id text PRIMARY KEY,
+        job text NOT NULL,
+        slot timestamptz,               -- NULL for a force-run: only cronctl_runs_alone binds it
+        trigger text NOT NULL CHECK (trigger IN ('schedule', 'retry', 'force')),
+        attempt integer NOT NULL DEFAULT 1,
+        fence bigint NOT NULL UNIQUE DEFAULT nextval('cronctl_fence'),
+        exclusive boolean NOT NULL,     -- overlap: skip
+        state text NOT NULL CHECK (state IN ({", ".join(f"'{s}'" for s in RUN_STATES)})),
+        reason text,
+        fault text CHECK (fault IN ('job', 'platform')),
+        late boolean NOT NULL DEFAULT false,
+        loop_id uuid,
+        host_id text,
+        boot_id text,
+        pid integer,
+        pid_start double precision,
+        claimed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        due_at timestamptz,
+        dispatched_at timestamptz,
+        ended_at timestamptz,
+        lease_expires_at timestamptz,   -- on the database clock
+        kill_requested boolean NOT NULL DEFAULT false,
+        exit_code integer,
+        signal integer,
+        duration_s double precision,
+        output_tail text)""",
+    "CREATE UNIQUE INDEX cronctl_runs_once ON cronctl_runs (job, slot, attempt)",
+    "CREATE UNIQUE INDEX cronctl_runs_alone ON cronctl_runs (job) WHERE exclusive AND state IN ('claimed', 'running')",
+    "CREATE INDEX cronctl_runs_lease ON cronctl_runs (lease_expires_at) WHERE state IN ('claimed', 'running')",
+    "CREATE INDEX cronctl_runs_by_loop ON cronctl_runs (loop_id) WHERE state IN ('claimed', 'running')",
+    "CREATE INDEX cronctl_runs_history ON cronctl_runs (job, claimed_at DESC)",
+    """CREATE TABLE cronctl_audit (
+        id bigserial PRIMARY KEY,
+        at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        event text NOT NULL,
+        job text,
+        run_id text,
+        slot timestamptz,
+        fence bigint,
+        loop_id uuid,
+        host_id text,
+        reason text,
+        details jsonb NOT NULL DEFAULT '{}'::jsonb)""",
+    "CREATE INDEX cronctl_audit_job ON cronctl_audit (job, id)",
+    "CREATE INDEX cronctl_audit_event ON cronctl_audit (event, id)",
+    "CREATE INDEX cronctl_audit_at ON cronctl_audit (at)",
+    """CREATE TABLE cronctl_requests (
+        id bigserial PRIMARY KEY,
+        kind text NOT NULL CHECK (kind IN ('kill', 'force_run')),
+        job text NOT NULL,
+        run_id text,
+        requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        requested_by text,
+        served_at timestamptz,
+        served_by uuid,
+        outcome text)""",
+    "CREATE INDEX cronctl_requests_open ON cronctl_requests (id) WHERE served_at IS NULL",
+)
+
+# V2: the lease store's run path (store/pg/leases.py) keeps each live claim's record as
+# the JSON store writes it (`claim`) and each ended run's history record (`record`); the
+# recovery counters and the lateness histogram live in `cronctl_meta`, one row each;
+# `wake_at` (below) is what it claims by.
+_V2 = (
+    "ALTER TABLE cronctl_runs ADD COLUMN claim jsonb, ADD COLUMN record jsonb",
+    """CREATE TABLE cronctl_meta (
+        key text PRIMARY KEY,
+        value jsonb NOT NULL DEFAULT '{}'::jsonb)""",
+    "INSERT INTO cronctl_meta (key) VALUES ('counters'), ('metrics')",
+    "CREATE INDEX cronctl_runs_ended ON cronctl_runs (job, ended_at, fence) WHERE record IS NOT NULL",
+    # The earliest instant a job has something due, its next slot or its pending retry:
+    # what the lease store's claim scans, on an index instead of every row's state.
+    "ALTER TABLE cronctl_jobs ADD COLUMN wake_at timestamptz",
+    "CREATE INDEX cronctl_jobs_wake ON cronctl_jobs (wake_at) WHERE NOT paused AND wake_at IS NOT NULL",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"""
+
+
+class SchemaTooNewError(StoreError):
+    """The database was upgraded by a newer cronctl; this one must not write to it."""
+
+
+class MigrationError(StoreError):
+    pass
+
+
+def schema_version(conn: Connection) -> int:
+    """The database's schema version; 0 for a database cronctl has never used."""
+    row = conn.execute("SELECT to_regclass('cronctl_schema') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return 0
+    found = conn.execute("SELECT coalesce(max(version), 0) FROM cronctl_schema").fetchone()
+    return int(found[0]) if found else 0
+
+
+def ensure_schema(conn: Connection, migrations: Sequence[Sequence[str]] = MIGRATIONS) -> int:
+    """Bring the database to `len(migrations)`; returns that version. Safe to call on every start."""
+    target = len(migrations)
+    with conn.transaction():
+        current = schema_version(conn)  # the common case, up to date, takes no lock
+    _refuse_newer(current, target)
+    if current == target:
+        return target
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute(_SCHEMA_TABLE)
+            current = schema_version(conn)  # another process may have migrated while we waited
+            _refuse_newer(current, target)
+            for version in range(current + 1, target + 1):
+                for statement in migrations[version - 1]:
+                    conn.execute(statement)  # our own constant DDL, never user text
+                conn.execute("INSERT INTO cronctl_schema (version) VALUES (%s)", (version,))
+    except psycopg.Error as exc:
+        raise MigrationError(f"upgrading the PostgreSQL store's schema from version {current} to {target} "
+                             f"failed, nothing was changed: {str(exc).strip()}") from None
+    return target
+
+
+def _refuse_newer(current: int, known: int) -> None:
+    if current > known:
+        raise SchemaTooNewError(
+            f"the PostgreSQL store's schema is version {current}, newer than this cronctl knows ({known}): "
+            "upgrade cronctl on this host before using it with this database")

@@ -1,0 +1,65 @@
+"""Helpers of the PostgreSQL tests: loops on pretend hosts, jobs due on the database clock."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronctl.models import JobSpec, Overlap
+from cronctl.store.pg.claims import LoopIdentity
+from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.jobs import put_job
+
+
+def make_loop(host: str = "host-a", boot: str = "boot-1", pid: int = 4242) -> LoopIdentity:
+    return LoopIdentity(uuid.uuid4(), host, boot, pid, 1234.5)
+
+
+def db_now(conn: Connection) -> datetime:
+    with conn.transaction():
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    when: datetime = row[0]
+    return when
+
+
+def put_due_job(conn: Connection, name: str, overlap: str = "skip", ago_s: float = 1.0, every_s: float = 60.0,
+                **fields: Any) -> JobSpec:
+    """A job whose next slot passed `ago_s` seconds ago on the database clock."""
+    spec = JobSpec(name=name, command="true", every=every_s, overlap=Overlap(overlap), **fields)
+    put_job(conn, spec, db_now(conn) - timedelta(seconds=ago_s))
+    return spec
+
+
+def make_due_again(conn: Connection, name: str) -> None:
+    """Its next slot, later than any fired so far, passed a second ago."""
+    with conn.transaction():
+        conn.execute("UPDATE cronctl_jobs SET next_run_at = clock_timestamp() - interval '1 second' WHERE name = %s",
+                     (name,))
+
+
+def one(conn: Connection, query: str, *params: Any) -> Any:
+    with conn.transaction():
+        row = conn.execute(query, params).fetchone()
+    return None if row is None else (row[0] if len(row) == 1 else row)
+
+
+def audit_events(conn: Connection, job: str | None = None) -> list[tuple[str, str | None]]:
+    """(event, reason) of the audit rows, oldest first, of one job or all."""
+    with conn.transaction():
+        rows = conn.execute("SELECT event, reason FROM cronctl_audit WHERE %s::text IS NULL OR job = %s ORDER BY id",
+                            (job, job)).fetchall()
+    return [(event, reason) for event, reason in rows]
+
+
+def wait_until_blocked(observer: Connection, blocked: Connection, timeout_s: float = 15.0) -> None:
+    """Wait (polling a real server) until `blocked`'s backend waits on a lock held by another."""
+    pid = blocked.info.backend_pid
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if one(observer, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid) == "Lock":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited on a lock")

@@ -1,0 +1,125 @@
+"""The schema: created and upgraded by cronctl, versioned, under a transaction-scoped lock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from cronctl.store.pg.connect import Connection, connect, parse_store_url
+from cronctl.store.pg.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    MigrationError,
+    SchemaTooNewError,
+    ensure_schema,
+    schema_version,
+)
+
+TABLES = {"cronctl_schema", "cronctl_jobs", "cronctl_loops", "cronctl_runs", "cronctl_audit", "cronctl_requests",
+          "cronctl_meta"}
+
+
+@pytest.fixture
+def conn(pg_url: str) -> Iterator[Connection]:
+    with connect(parse_store_url(pg_url)) as connection:
+        yield connection
+
+
+def _tables(conn: Connection) -> set[str]:
+    with conn.transaction():
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {row[0] for row in rows}
+
+
+def _versions(conn: Connection) -> list[int]:
+    with conn.transaction():
+        return [row[0] for row in conn.execute("SELECT version FROM cronctl_schema ORDER BY version")]
+
+
+def test_a_fresh_database_gets_every_table_and_the_current_version(conn: Connection) -> None:
+    assert ensure_schema(conn) == SCHEMA_VERSION
+    assert _tables(conn) == TABLES
+    assert _versions(conn) == list(range(1, SCHEMA_VERSION + 1))
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_migrating_again_changes_nothing(conn: Connection) -> None:
+    ensure_schema(conn)
+    assert ensure_schema(conn) == SCHEMA_VERSION
+    assert _versions(conn) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_version_1_database_gains_the_lease_store_columns_and_keeps_its_rows(conn: Connection) -> None:
+    assert ensure_schema(conn, MIGRATIONS[:1]) == 1
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap) VALUES ('kept', '{}', 'skip')")
+    assert ensure_schema(conn) == SCHEMA_VERSION
+    with conn.transaction():
+        assert conn.execute("SELECT name FROM cronctl_jobs").fetchall() == [("kept",)]
+        assert conn.execute("SELECT key, value FROM cronctl_meta ORDER BY key").fetchall() == [
+            ("counters", {}), ("metrics", {})]
+        conn.execute("SELECT claim, record FROM cronctl_runs")
+
+
+def test_an_older_database_is_upgraded_one_version_at_a_time(conn: Connection) -> None:
+    ensure_schema(conn)
+    upgraded = (*MIGRATIONS, ("ALTER TABLE cronctl_jobs ADD COLUMN note text",))
+    assert ensure_schema(conn, upgraded) == SCHEMA_VERSION + 1
+    with conn.transaction():
+        conn.execute("SELECT note FROM cronctl_jobs")
+    assert _versions(conn)[-1] == SCHEMA_VERSION + 1
+
+
+def test_a_failed_upgrade_leaves_the_database_as_it_was(conn: Connection) -> None:
+    ensure_schema(conn)
+    broken = (*MIGRATIONS, ("CREATE TABLE cronctl_half (x int)", "ALTER TABLE cronctl_nowhere ADD COLUMN y int"))
+    with pytest.raises(MigrationError, match=rf"from version {SCHEMA_VERSION} to {SCHEMA_VERSION + 1} failed"):
+        ensure_schema(conn, broken)
+    assert "cronctl_half" not in _tables(conn)
+    with conn.transaction():
+        assert schema_version(conn) == SCHEMA_VERSION
+
+
+def test_a_schema_newer_than_the_code_is_refused_with_a_clear_error(conn: Connection) -> None:
+    ensure_schema(conn)
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaTooNewError) as caught:
+        ensure_schema(conn)
+    assert f"version {SCHEMA_VERSION + 1}, newer than this cronctl knows ({SCHEMA_VERSION})" in str(caught.value)
+    assert "upgrade cronctl" in str(caught.value)
+
+
+def test_processes_migrating_at_once_apply_each_version_once(pg_url: str) -> None:
+    """Eight connections start migrating the same empty database at the same instant."""
+    url = parse_store_url(pg_url)
+    start = threading.Barrier(8)
+    results: list[int | BaseException] = []
+
+    def migrate() -> None:
+        try:
+            with connect(url) as own:
+                start.wait()
+                results.append(ensure_schema(own))
+        except BaseException as exc:  # collected: the assertion below names it
+            results.append(exc)
+
+    threads = [threading.Thread(target=migrate) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [SCHEMA_VERSION] * 8
+    with connect(url) as conn:
+        assert _versions(conn) == list(range(1, SCHEMA_VERSION + 1))
+        assert _tables(conn) == TABLES
+
+
+def test_the_schema_lock_is_gone_with_the_transaction(conn: Connection) -> None:
+    ensure_schema(conn, (*MIGRATIONS, ("SELECT 1",)))
+    with conn.transaction():
+        held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+    assert held == (0,)
