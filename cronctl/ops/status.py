@@ -79,8 +79,8 @@ def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int], dict[str, A
     if ctx.on_postgres:
         return ctx.leases.jobs(), ctx.leases.counters(), {}
     doc = ctx.store.read()
-    chains = doc.get("chains") or {}
-    return [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])], dict(doc.get("counters") or {}), chains
+    views = [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
+    return views, dict(doc.get("counters") or {}), doc.get("chains") or {}
 
 
 def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:

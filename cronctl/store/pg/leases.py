@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from cronctl.clock import Clock, SystemClock
+from cronctl.errors import StoreError
 from cronctl.jobs.health import persisted_error_wedge
 from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, RunStatus
@@ -38,6 +39,7 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
     _rearm_target,
     run_claim,
 )
+from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
 from cronctl.store.schema import bump_counter, find_claim
@@ -308,6 +310,24 @@ class PgLeaseStore:
             rows = self.conn.execute(f"SELECT claim FROM cronctl_runs WHERE {where} AND claim IS NOT NULL"
                                      " ORDER BY run_id", params).fetchall()
         return [row[0] for row in rows]
+
+    # --- what JsonLeaseStore keeps in an outbox ------------------------------------------------
+
+    def settle(self, runs: list[tuple[str, str]]) -> None:
+        """Nothing to drop: here a run's audit rows and history record commit in the same
+        transaction as its end (SPEC §9), so no entry is ever left pending."""
+
+    def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]:
+        """Nothing is pending on PostgreSQL (see `settle`): no rows or records to complete.
+
+        An `on_failure` hook owed by a loop that died between its commit and the hook's start
+        is the one thing this does not recover yet; the loop does not run on PostgreSQL yet.
+        """
+        return []
+
+    def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]:
+        raise StoreError("job chains are not available on the PostgreSQL store yet; "
+                         "use the JSON store (no --store) for jobs with 'after'")
 
     def history(self, job: str | None, count: int | None = None) -> list[dict[str, Any]]:
         """Ended runs' records with the host that ran them, the last `count` of them.
