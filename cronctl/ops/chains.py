@@ -9,7 +9,6 @@ from typing import Any, Iterator
 from cronctl.context import Context
 from cronctl.errors import JobNotFoundError
 from cronctl.jobs.graph import dependants_of, roots_of, tree_lines
-from cronctl.jobs.state import JobView
 
 
 def chain_history(ctx: Context, chain_id: str, job: str | None = None) -> list[dict[str, Any]]:
@@ -29,8 +28,8 @@ class ChainGraph:
 
 def chain_graph(ctx: Context, name: str) -> ChainGraph | None:
     """None for a job outside any chain."""
-    doc = ctx.store.read()
-    views = {job: JobView.from_entry(entry) for job, entry in doc["jobs"].items()}
+    # Through the lease store's views: the same on the JSON store and on PostgreSQL.
+    views = {view.spec.name: view for view in ctx.leases.jobs()}
     specs = {job: view.spec for job, view in views.items()}
     if name not in specs:
         raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
