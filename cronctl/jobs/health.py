@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 from cronctl.jobs.state import JobView
 from cronctl.jobs.words import signal_text
+from cronctl.models import FAILED_STATUSES
 from cronctl.schedule.slots import cadence, grace
 from cronctl.timefmt import from_iso
 
-FAILED = ("error", "timeout", "lost")
 # This many failed runs in a row, with no success since, is no bad luck: the job is
 # broken and `status --stale` reports it (a single failure may be retried or pass).
 FAILING_STREAK = 3
@@ -75,7 +75,7 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
             f"due since {state.get('next_run_at')} and not started; is 'cronctl run' running?",
             "platform",
         )
-    if state.get("last_status") in FAILED:
+    if state.get("last_status") in FAILED_STATUSES:
         streak = failure_streak(state)
         reason = _failure_reason(state)
         if streak >= FAILING_STREAK:
@@ -138,7 +138,7 @@ def persisted_error_wedge(view: JobView, now: datetime) -> bool:
     state = view.state
     if view.spec.at is not None or view.claims or view.paused or state.get("completed"):
         return False
-    if state.get("last_status") not in FAILED or state.get("retry"):
+    if state.get("last_status") not in FAILED_STATUSES or state.get("retry"):
         return False
     if state.get("rearmed_for") is not None and state.get("rearmed_for") == state.get("last_run_at"):
         return False  # already re-armed once for this failure

@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any, Callable, Container
 
 from cronctl.context import Context
-from cronctl.jobs.health import FAILED, claim_problem, persisted_error_wedge
+from cronctl.jobs.health import claim_problem, persisted_error_wedge
 from cronctl.jobs.state import JobView
+from cronctl.models import FAILED_STATUSES
 from cronctl.store.claims import Owner
 from cronctl.store.schema import bump_counter
 
@@ -103,7 +104,7 @@ def _grace(claim: dict[str, Any]) -> float:
 def _suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Only jobs with a claim or a failed last run can need healing; the rest cost one dict lookup."""
     return [(name, entry) for name, entry in doc["jobs"].items()
-            if entry["state"].get("claims") or entry["state"].get("last_status") in FAILED]
+            if entry["state"].get("claims") or entry["state"].get("last_status") in FAILED_STATUSES]
 
 
 def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: str, now: datetime,

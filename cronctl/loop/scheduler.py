@@ -31,7 +31,7 @@ from cronctl.context import Context
 from cronctl.errors import CronctlError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.endpoint import Endpoint, Reply, Route
-from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions
+from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.heal import HealReport, Liveness, bump, heal_pass
 from cronctl.loop.heal import _suspects as heal_suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
@@ -186,13 +186,13 @@ class Scheduler:
     def _lead(self, previous: dict[str, Any] | None) -> int:
         if self.options.file is not None:
             self._apply_file(initial=True)
-        self.supervisor = self._supervisor_factory(on_result=self._on_result, subreaper=True)
         gen_id = self._new_generation_id()
-        self.engine = Engine(self.ctx, self.supervisor, self._owner(gen_id),
-                             EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
-                                           # --once fires what is due now, never a slot still ahead
-                                           prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
-                             wake=self.wake)
+        self.engine = build_engine(self.ctx, self._owner(gen_id),
+                                   EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
+                                                 # --once fires what is due now, never a slot still ahead
+                                                 prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
+                                   wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory)
+        self.supervisor = self.engine.supervisor
         self.supervisor.start()
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
                               file=str(self.options.file) if self.options.file else None,
@@ -349,10 +349,6 @@ class Scheduler:
                 traceback.print_exc()
         except Exception:
             pass
-
-    def _on_result(self, result: Any) -> None:
-        if self.engine is not None:
-            self.engine.on_result(result)
 
     # --- healing ---------------------------------------------------------------------------
 

@@ -51,11 +51,7 @@ class AuditLog:
             import sys
 
             print(f"cronctl: cannot write audit row to {self.path}: {exc.strerror}", file=sys.stderr)
-        for listener in self.listeners:
-            try:
-                listener(row)
-            except Exception:  # an echo must never cost a decision
-                pass
+        tell_listeners(self.listeners, row)
         return row
 
     def _rotate_if_needed(self) -> None:
@@ -134,3 +130,13 @@ def _row_since(row: dict[str, Any], since: datetime) -> bool:
     except (TypeError, ValueError):
         return False
     return ts is not None and ts >= since
+
+
+def tell_listeners(listeners: list[Callable[[dict[str, Any]], None]], row: dict[str, Any]) -> None:
+    """Hand a written row to each listener (the loop's echo); a listener's error is dropped:
+    an echo must never cost a decision."""
+    for listener in listeners:
+        try:
+            listener(row)
+        except Exception:
+            pass

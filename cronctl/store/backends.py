@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from cronctl.clock import Clock
 from cronctl.errors import CronctlError, StoreError
 from cronctl.paths import Paths
-from cronctl.store.audit import AuditLog, now_ms_iso
+from cronctl.store.audit import AuditLog, now_ms_iso, tell_listeners
 from cronctl.store.jsonstore import Document, Store
 from cronctl.timefmt import from_iso, to_iso
 
@@ -102,11 +102,7 @@ class PgAuditLog(AuditLog):
                               Jsonb(rest, dumps=dumps)))
         except (CronctlError, psycopg_error()) as exc:
             print(f"cronctl: cannot write audit row to {self.session.url.shown}: {exc}", file=sys.stderr)
-        for listener in self.listeners:
-            try:
-                listener(row)
-            except Exception:  # an echo must never cost a decision
-                pass
+        tell_listeners(self.listeners, row)
         return row
 
     def rows(self) -> Iterator[dict[str, Any]]:

@@ -40,6 +40,7 @@ from typing import Any
 from cronctl.errors import LockTimeoutError, StoreCorruptError, StoreError, StoreWriteError
 from cronctl.paths import Paths
 from cronctl.store.locks import describe_lock_holder
+from cronctl.store.statefiles import fsync_directory as _fsync_directory
 
 CURRENT_VERSION = 1
 
@@ -605,15 +606,6 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _fsync_directory(directory: Path) -> None:
-    # The rename is only durable once the directory entry itself is on disk.
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _reason(exc: OSError) -> str:

@@ -382,25 +382,10 @@ class JsonLeaseStore:
         Marked either way, so one failure is re-armed (or judged not wedged) exactly once.
         """
         with self._tx() as doc:
-            entry = doc["jobs"].get(job)
-            if entry is None:
-                return False
-            view = JobView.from_entry(entry)
-            if not persisted_error_wedge(view, now):
-                return False
-            state = entry["state"]
-            previous = state.get("next_run_at")
-            target = _rearm_target(view, now)
-            state["rearmed_for"] = state.get("last_run_at")
-            old = from_iso(previous)
-            if target is None or (old is not None and target >= old):
-                return False
-            state["next_run_at"] = to_iso(target)
-            bump_counter(doc, "persisted_error_rearmed")
-        self._write([Event(AuditEvent.RECOVERY_PERSISTED_ERROR_REARMED, {
-            "job": job, "previous_next_run_at": previous, "next_run_at": to_iso(target),
-            "last_status": state.get("last_status"), "reason": "persisted_error",
-        })])
+            event = rearm_wedged(doc, job, now)
+        if event is None:
+            return False
+        self._write([event])
         return True
 
     # --- read views ------------------------------------------------------------------------------
@@ -539,6 +524,33 @@ def _changed_since_claim(doc: dict[str, Any], gate: HeldGate, owner: Owner) -> s
     if view.spec != gate.spec:
         return "edited"
     return None
+
+
+def rearm_wedged(doc: dict[str, Any], job: str, now: datetime) -> Event | None:
+    """In `doc`: re-arm `job` if a failure pushed it past its next slot; its audit event, or None.
+
+    The job is marked either way, so one failure is re-armed (or judged not wedged) once.
+    Both backends call this inside their transaction, so they decide alike.
+    """
+    entry = doc["jobs"].get(job)
+    if entry is None:
+        return None
+    view = JobView.from_entry(entry)
+    if not persisted_error_wedge(view, now):
+        return None
+    state = entry["state"]
+    previous = state.get("next_run_at")
+    target = _rearm_target(view, now)
+    state["rearmed_for"] = state.get("last_run_at")
+    old = from_iso(previous)
+    if target is None or (old is not None and target >= old):
+        return None
+    state["next_run_at"] = to_iso(target)
+    bump_counter(doc, "persisted_error_rearmed")
+    return Event(AuditEvent.RECOVERY_PERSISTED_ERROR_REARMED, {
+        "job": job, "previous_next_run_at": previous, "next_run_at": to_iso(target),
+        "last_status": state.get("last_status"), "reason": "persisted_error",
+    })
 
 
 def _rearm_target(view: JobView, now: datetime) -> datetime | None:

@@ -53,10 +53,11 @@ def write_file_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
         with suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable: it is only once the directory entry is on disk."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

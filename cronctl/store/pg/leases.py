@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from cronctl.clock import Clock, SystemClock
 from cronctl.errors import StoreError
-from cronctl.jobs.health import persisted_error_wedge
 from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, RunStatus
 from cronctl.paths import Paths
@@ -36,14 +35,13 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
     Unhold,
     _changed_since_claim,
     _held_by,
-    _rearm_target,
+    rearm_wedged,
     run_claim,
 )
 from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
 from cronctl.store.schema import bump_counter, find_claim
-from cronctl.timefmt import from_iso, to_iso
 
 JudgeBy = Literal["database", "caller"]
 
@@ -249,26 +247,10 @@ class PgLeaseStore:
     def rearm(self, job: str, now: datetime) -> bool:
         """As `JsonLeaseStore.rearm`: a wedged recurring job fires again soon, judged once per failure."""
         with self._jobs([job], meta=True) as tx:
-            entry = tx.doc["jobs"].get(job)
-            if entry is None:
+            event = rearm_wedged(tx.doc, job, self._now(tx, now))
+            if event is None:
                 return False
-            judged = self._now(tx, now)
-            view = JobView.from_entry(entry)
-            if not persisted_error_wedge(view, judged):
-                return False
-            state = entry["state"]
-            previous = state.get("next_run_at")
-            target = _rearm_target(view, judged)
-            state["rearmed_for"] = state.get("last_run_at")
-            old = from_iso(previous)
-            if target is None or (old is not None and target >= old):
-                return False
-            state["next_run_at"] = to_iso(target)
-            bump_counter(tx.doc, "persisted_error_rearmed")
-            tx.events.append(Event(AuditEvent.RECOVERY_PERSISTED_ERROR_REARMED, {
-                "job": job, "previous_next_run_at": previous, "next_run_at": to_iso(target),
-                "last_status": state.get("last_status"), "reason": "persisted_error",
-            }))
+            tx.events.append(event)
         return True
 
     # --- read views ------------------------------------------------------------------------------
