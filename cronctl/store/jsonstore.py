@@ -175,8 +175,7 @@ def _encode(doc: Document) -> tuple[list[bytes], int | None]:
         end = b",\n" if index < len(keys) - 1 else b"\n"
         value = doc[key]
         if key == "jobs" and isinstance(value, dict) and value:
-            body = b",\n".join([b"  " + _dumps(name) + b": " + _dumps(value[name]) for name in sorted(value)])
-            parts.append(b" " + _dumps(key) + b": {\n" + body + b"\n }" + end)
+            parts.append(b" " + _dumps(key) + b": {\n" + _jobs_body(value) + b"\n }" + end)
             continue
         if key == "rev":
             rev_at = len(parts)
@@ -186,7 +185,26 @@ def _encode(doc: Document) -> tuple[list[bytes], int | None]:
 
 
 _fast_encode = msgspec.json.Encoder(order="sorted").encode
+_format = msgspec.json.format
+_NOT_PLAIN_DATA = (TypeError, ValueError, OverflowError, msgspec.EncodeError)
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _jobs_body(jobs: dict[str, Any]) -> bytes:
+    """One line ``  "name": {...}`` per job, sorted, joined by ",\\n"; as ``_dumps`` would write each.
+
+    The bulk of a write: made in one comprehension of C calls (a one-key object per job,
+    formatted, its braces cut), checked once for floats msgspec spells differently, and
+    only when that check fires made again job by job through ``_dumps``.
+    """
+    names = sorted(jobs)
+    try:
+        body = b",\n  ".join([_format(_fast_encode({name: jobs[name]}), indent=0)[1:-1] for name in names])
+    except _NOT_PLAIN_DATA:
+        body = None
+    if body is None or _may_differ(body):
+        return b",\n".join([b"  " + _dumps(name) + b": " + _dumps(jobs[name]) for name in names])
+    return b"  " + body
 
 
 def _dumps(value: Any) -> bytes:
@@ -195,18 +213,26 @@ def _dumps(value: Any) -> bytes:
     msgspec writes sorted keys and, through ``format(indent=0)``, the ", " and ": "
     separators; strings are escaped as the standard library escapes them with
     ensure_ascii=False. Only floats may differ: below 1e-4 or from 1e16 on, Python writes
-    "1e-05" and "1e+16" where msgspec writes "0.00001" and "1e16". Those spellings are
-    looked for in the output (a digit followed by "e", or "0.0000") and such a value is
-    left to the standard library; a string that merely looks like one ("c0ffee") costs
-    that value the slower encoder, never a different byte.
+    "1e-05" and "1e+16" where msgspec writes "0.00001" and "1e16" (NaN and infinities,
+    which are not JSON, msgspec writes as null: no store cronctl writes holds them).
     """
     try:
-        data = msgspec.json.format(_fast_encode(value), indent=0)
-    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
-        data = None  # not plain JSON data: the standard library raises the error a caller expects
-    if data is None or b"0e" in data.translate(_DIGITS_AS_ZERO) or b"0.0000" in data:
+        data = _format(_fast_encode(value), indent=0)
+    except _NOT_PLAIN_DATA:
+        data = None  # e.g. a set: the standard library raises the error a caller expects
+    if data is None or _may_differ(data):
         return _stdlib_dumps(value).encode("utf-8")
     return data
+
+
+def _may_differ(data: bytes) -> bool:
+    """Whether msgspec's output may spell a float otherwise than Python does.
+
+    Such a float has a digit followed by "e", or starts "0.0000". A string that merely
+    looks like one ("c0ffee", "sleep 0.00001") costs the slower encoder, never a
+    different byte.
+    """
+    return b"0.0000" in data or b"0e" in data.translate(_DIGITS_AS_ZERO)
 
 
 def _make_stdlib_dumps() -> Callable[[Any], str]:
