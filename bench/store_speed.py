@@ -14,10 +14,12 @@
   and the YAML parse of the same file alone (PyYAML's SafeLoader, which cronctl's job
   file loader extends, and its C twin CSafeLoader when PyYAML has it).
 
+`--profile` adds a cProfile of store writes at each size (where a write's time goes).
 `--tree DIR` measures another checkout of cronctl (e.g. the code before a change, from
 `git archive`) with the same script.
 
-Usage: python bench/store_speed.py [--sizes 10000,50000] [--rounds 5] [--apply-rounds 3] [--quick] [--tree DIR]
+Usage: python bench/store_speed.py [--sizes 10000,50000] [--rounds 5] [--apply-rounds 3] [--quick]
+                                   [--profile] [--tree DIR]
 """
 
 from __future__ import annotations
@@ -106,6 +108,32 @@ def measure_write(size: int, rounds: int) -> dict[str, Any]:
             "store_write_ms": round(median(cronctl) * 1e3, 1),
             "stdlib_codec_ms": round(median(stdlib) * 1e3, 1),
             "write_floor_ms": round(median(floor) * 1e3, 1)}
+
+
+def profile_write(size: int, rounds: int) -> str:
+    """cProfile of `rounds` store writes at `size` jobs: the functions with the most own time."""
+    import cProfile
+    import io
+    import pstats
+
+    ctx = populate(new_workdir(f"profile-{size}") / "home", size)
+
+    def touch() -> None:
+        with ctx.store.transaction() as doc:
+            doc["counters"]["bench"] = int(doc["counters"].get("bench") or 0) + 1
+
+    touch()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(rounds):
+        touch()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+    text = out.getvalue().replace(str(Path(__file__).resolve().parent.parent) + "/", "")  # no machine paths
+    lines = [line for line in text.splitlines() if line.strip()]
+    return f"cProfile of {rounds} store writes at {size:,} jobs (seconds for all {rounds}):\n\n```\n" + "\n".join(
+        lines[2:]) + "\n```\n"
 
 
 # --- finishing one run -------------------------------------------------------------------
@@ -207,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--apply-rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="10,000 jobs only, 3 rounds, 1 apply round")
+    parser.add_argument("--profile", action="store_true", help="add a cProfile of store writes at each size")
     parser.add_argument("--tree", type=Path, default=None, help="measure the cronctl of this checkout")
     parser.add_argument("--label", default="this checkout", help="what the table's title calls the cronctl measured")
     parser.add_argument("--results", type=Path, default=None, help="directory to save store_speed.json/.md in")
@@ -232,6 +261,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = table(f"Store-write rows ({args.label}; median)",
                  ["row", "cronctl", "peers, same run"], rows, command=command)
     text += f"\n- {machine_note()}\n"
+    if args.profile:
+        text += "".join("\n" + profile_write(size, rounds) for size in sizes)
     print(text)
     data = {"writes": writes, "finish": finish, "apply": applied}
     save_results(args.results, "store_speed", data, text)
