@@ -15,6 +15,10 @@
   file loader extends, and its C twin CSafeLoader when PyYAML has it).
 
 `--profile` adds a cProfile of store writes at each size (where a write's time goes).
+`--before DIR` also times, round by round alternating with this checkout's store, the store
+module of another checkout (e.g. the code before a change, from `git archive`) on its own
+copy of the same home: both under the same load, which on a shared machine matters more
+than anything else.
 `--tree DIR` measures another checkout of cronctl (e.g. the code before a change, from
 `git archive`) with the same script.
 
@@ -84,16 +88,45 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def measure_write(size: int, rounds: int) -> dict[str, Any]:
-    ctx = populate(new_workdir(f"store-{size}") / "home", size)
-    store_bytes = ctx.paths.store.stat().st_size
+def load_store_module(tree: Path) -> Any:
+    """The jsonstore module of another checkout, beside this one's (its imports resolve here)."""
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("jsonstore_before", tree / "cronctl" / "store" / "jsonstore.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def toucher(store: Any) -> Any:
     def touch() -> None:
-        with ctx.store.transaction() as doc:
+        with store.transaction() as doc:
             doc["counters"]["bench"] = int(doc["counters"].get("bench") or 0) + 1
 
+    return touch
+
+
+def measure_write(size: int, rounds: int, before: Any = None) -> dict[str, Any]:
+    ctx = populate(new_workdir(f"store-{size}") / "home", size)
+    store_bytes = ctx.paths.store.stat().st_size
+    touch = toucher(ctx.store)
     touch()  # warm: the first transaction of a process imports and allocates once
-    cronctl = [_timed(touch) for _ in range(rounds)]
+    before_touch = None
+    if before is not None:
+        from cronctl.paths import open_home
+
+        before_home = new_workdir(f"store-before-{size}") / "home"
+        before_home.mkdir(parents=True)
+        (before_home / "jobs.json").write_bytes(ctx.paths.store.read_bytes())
+        before_touch = toucher(before.Store(open_home(before_home)))
+        before_touch()
+    cronctl, earlier = [], []
+    for _ in range(rounds):
+        cronctl.append(_timed(touch))
+        if before_touch is not None:
+            earlier.append(_timed(before_touch))
     peer_path = ctx.paths.home / "peer.json"
 
     def stdlib_touch() -> None:
@@ -107,7 +140,8 @@ def measure_write(size: int, rounds: int) -> dict[str, Any]:
     return {"jobs": size, "store_mib": round(store_bytes / 2**20, 2), "rounds": rounds,
             "store_write_ms": round(median(cronctl) * 1e3, 1),
             "stdlib_codec_ms": round(median(stdlib) * 1e3, 1),
-            "write_floor_ms": round(median(floor) * 1e3, 1)}
+            "write_floor_ms": round(median(floor) * 1e3, 1),
+            "before_ms": round(median(earlier) * 1e3, 1) if earlier else None}
 
 
 def profile_write(size: int, rounds: int) -> str:
@@ -236,6 +270,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--apply-rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="10,000 jobs only, 3 rounds, 1 apply round")
     parser.add_argument("--profile", action="store_true", help="add a cProfile of store writes at each size")
+    parser.add_argument("--before", type=Path, default=None, help="time this checkout's store module too")
     parser.add_argument("--tree", type=Path, default=None, help="measure the cronctl of this checkout")
     parser.add_argument("--label", default="this checkout", help="what the table's title calls the cronctl measured")
     parser.add_argument("--results", type=Path, default=None, help="directory to save store_speed.json/.md in")
@@ -245,13 +280,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = [10_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     rounds = 3 if args.quick else args.rounds
     apply_rounds = 1 if args.quick else args.apply_rounds
-    writes = [measure_write(size, rounds) for size in sizes]
+    before = load_store_module(args.before.resolve()) if args.before else None
+    writes = [measure_write(size, rounds, before) for size in sizes]
     finish = measure_finish(FINISH_SIZE, rounds)
     applied = measure_apply(apply_rounds, args.tree.resolve() if args.tree else None)
     command = "python bench/store_speed.py" + (" --quick" if args.quick else "") + (
-        " --tree DIR" if args.tree else "")
+        " --tree DIR" if args.tree else "") + (
+        " --before DIR" if args.before else "")
     rows = [[f"store write at {w['jobs']:,} jobs ({w['store_mib']} MiB)", f"{w['store_write_ms']} ms",
-             f"stdlib codec {w['stdlib_codec_ms']} ms, write floor {w['write_floor_ms']} ms"] for w in writes]
+             (f"before {w['before_ms']} ms, " if w["before_ms"] is not None else "")
+             + f"stdlib codec {w['stdlib_codec_ms']} ms, write floor {w['write_floor_ms']} ms"] for w in writes]
     rows.append([f"finishing one run at {finish['jobs']:,} jobs", f"{finish['finish_one_ms']} ms",
                  f"median of {finish['runs_finished']} runs"])
     rows.append([f"`apply -f` of {applied['jobs']:,} new jobs", f"{applied['apply_pipe_s']} s (pipe), "
