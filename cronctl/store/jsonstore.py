@@ -24,8 +24,10 @@ a step, the process SIGKILLs itself at that step, so tests can crash a real writ
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import gc
+import itertools
 import json
 import os
 import signal
@@ -195,17 +197,38 @@ def _jobs_body(jobs: dict[str, Any]) -> bytes:
     """One line ``  "name": {...}`` per job, sorted, joined by ",\\n"; as ``_dumps`` would write each.
 
     The bulk of a write: made in one comprehension of C calls (a one-key object per job,
-    formatted, its braces cut), checked once for floats msgspec spells differently, and
-    only when that check fires made again job by job through ``_dumps``.
+    formatted, its braces cut), then checked once, as a whole, for floats msgspec spells
+    differently; only the lines where that check fires are made again through ``_dumps``.
     """
     names = sorted(jobs)
     try:
-        body = b",\n  ".join([_format(_fast_encode({name: jobs[name]}), indent=0)[1:-1] for name in names])
+        lines = [_format(_fast_encode({name: jobs[name]}), indent=0)[1:-1] for name in names]
     except _NOT_PLAIN_DATA:
-        body = None
-    if body is None or _may_differ(body):
         return b",\n".join([b"  " + _dumps(name) + b": " + _dumps(jobs[name]) for name in names])
+    body = b",\n  ".join(lines)
+    suspects = _suspect_lines(body, lines, len(b",\n  "))
+    for index in suspects:
+        lines[index] = _dumps(names[index]) + b": " + _dumps(jobs[names[index]])
+    if suspects:
+        body = b",\n  ".join(lines)
     return b"  " + body
+
+
+def _suspect_lines(body: bytes, lines: list[bytes], gap: int) -> set[int]:
+    """Indexes of the lines (joined into body, ``gap`` bytes apart) where ``_may_differ`` fires.
+
+    Only the hits are visited: a separator holds no digit, so no hit straddles two lines.
+    """
+    hits = []
+    for needle, text in ((b"0.0000", body), (b"0e", body.translate(_DIGITS_AS_ZERO))):
+        at = text.find(needle)
+        while at != -1:
+            hits.append(at)
+            at = text.find(needle, at + 1)
+    if not hits:
+        return set()
+    ends = list(itertools.accumulate(len(line) + gap for line in lines))
+    return {bisect.bisect_right(ends, at) for at in hits}
 
 
 def _dumps(value: Any) -> bytes:
