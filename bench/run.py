@@ -21,14 +21,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import cli_latency
-import heal_times
-import idle
-import lateness
-import scale
-from _common import machine_note
+import cli_latency  # noqa: E402 - the scripts beside this one, importable once HERE is on the path
+import heal_times  # noqa: E402
+import idle  # noqa: E402
+import lateness  # noqa: E402
+import scale  # noqa: E402
+import store_speed  # noqa: E402
+from _common import machine_note  # noqa: E402
 
-ORDER = ("scale", "idle", "lateness", "cli", "heal")
+ORDER = ("scale", "store", "idle", "lateness", "cli", "heal")
 
 
 def main() -> None:
@@ -55,6 +56,8 @@ def main() -> None:
         common = [*quick, "--results", str(results)]
         if name == "scale":
             scale.main(common)
+        elif name == "store":
+            store_speed.main(common)
         elif name == "idle":
             idle.main([*common, *peers])
         elif name == "lateness":
@@ -64,8 +67,8 @@ def main() -> None:
         elif name == "heal":
             heal_times.main(common)
         sections.append(name)
-    files = {"scale": "scale.md", "idle": "idle.md", "lateness": "lateness.md", "cli": "cli_latency.md",
-             "heal": "heal_times.md"}
+    files = {"scale": "scale.md", "store": "store_speed.md", "idle": "idle.md", "lateness": "lateness.md",
+             "cli": "cli_latency.md", "heal": "heal_times.md"}
     body = [f"# cronctl benchmarks, {stamp}", "", f"- {machine_note()}",
             f"- `python bench/run.py{' --quick' if args.quick else ''}` took {time.monotonic() - started:.0f} s", ""]
     for name in sections:
