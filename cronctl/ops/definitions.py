@@ -260,10 +260,11 @@ def _execute_apply(doc: dict[str, Any], plan: ApplyPlan, specs: list[JobSpec], n
     running = [n for n in plan.prune if JobView.from_entry(doc["jobs"][n]).claims]
     if running:
         raise ConflictError(f"cannot prune running job(s) {', '.join(running)}; wait for them or kill them first")
+    created, adopted = set(plan.create), set(plan.adopt)  # sets: a file may define 10,000 jobs
     for spec in specs:
-        if spec.name in plan.create:
+        if spec.name in created:
             doc["jobs"][spec.name] = entry_from(spec, new_state(now, first_slot(spec, now)))
-        elif spec.name in plan.update or spec.name in plan.adopt:
+        elif spec.name in plan.update or spec.name in adopted:
             old = JobView.from_entry(doc["jobs"][spec.name])
             state = dict(old.state)
             _reschedule_if_needed(old.spec, spec, state, now)
