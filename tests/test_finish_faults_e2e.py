@@ -181,3 +181,12 @@ def test_force_run_of_an_unspawnable_command_is_recorded_and_wait_returns(home: 
     assert len(audit_rows(home, "run.spawn_failed")) == 2
     assert store(home)["jobs"]["big"]["state"].get("claims") in ({}, None)
     assert os.path.exists(home / "jobs.json")
+
+
+def test_force_run_without_a_loop_lets_the_on_failure_hook_finish_before_it_exits(home: Path, tmp_path: Path) -> None:
+    hooked = tmp_path / "hooked"
+    # The hook outlives the run by a second: force-run must not end it at its own exit.
+    assert cli(home, "add", "j", "--every", "1h", "--on-failure", f"sleep 1; echo $CRONCTL_RUN_ID >> {hooked}",
+               "--", "exit 3").returncode == 0
+    assert cli(home, "force-run", "j").returncode == 0
+    assert hooked.exists() and len(hooked.read_text().split()) == 1

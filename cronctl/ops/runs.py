@@ -123,6 +123,7 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
     """No loop runs: this process claims, supervises and records the run with the loop's own engine."""
     from cronctl.loop.engine import build_engine, run_one
     from cronctl.loop.heal import release_dead_claims
+    from cronctl.loop.on_failure import ON_FAILURE_TIMEOUT
 
     release_dead_claims(ctx, name, _liveness(ctx), kill_run_processes)
     engine = build_engine(ctx, _cli_owner())
@@ -130,6 +131,9 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
     try:
         engine.recover_pending()  # what a loop or force-run that died after a run's end still owed
         ran = run_one(engine, name)
+        # The run has ended; its on_failure hook (and one owed by a dead writer) may still
+        # run: shutting down now would kill them. They are bounded by their own timeout.
+        engine.supervisor.wait_idle(ON_FAILURE_TIMEOUT + 10.0)
     finally:
         engine.supervisor.shutdown("shutdown", wait=30)
         engine.record_results()
