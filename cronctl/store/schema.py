@@ -1,8 +1,9 @@
 """The shape of the JSON store document, and the lookups every module used to spell out.
 
 The TypedDicts give mypy (and a reader) the document's shape at no runtime cost: the
-document stays plain dicts, as `jsonstore` reads and writes them. Code outside `store/` should not need them: it goes through
-`store.leases.LeaseStore`, whose arguments and results are dataclasses.
+document stays plain dicts, as `jsonstore` reads and writes them. Code outside `store/`
+should not need them: it goes through `store.leases.LeaseStore`, whose arguments and
+results are dataclasses.
 """
 
 from __future__ import annotations
