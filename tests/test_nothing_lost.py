@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import loophelp
 import psutil
 import pytest
 
@@ -97,3 +98,68 @@ def test_doctor_reports_the_free_space_of_the_homes_filesystem(cli, small_fs: Pa
     assert result.code == 1
     disk = [f for f in json.loads(result.out)["findings"] if f["check"] == "disk"]
     assert disk[0]["level"] == "action" and str(home) in disk[0]["message"]
+
+
+def _loop_state(home: Path) -> dict[str, Any]:
+    result = loophelp.cli(home, "status", "--json")
+    return dict(json.loads(result.stdout)["loop"])
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_told_from_a_hung_loop_and_a_standby_never_kills_the_leader(small_fs: Path) -> None:
+    home = small_fs / "home"
+    assert loophelp.cli(home, "add", "hourly", "--every", "1h", "--", "true").returncode == 0
+    leader = loophelp.start_loop(home)
+    standby = None
+    try:
+        loophelp.wait_ticking(home, leader)
+        standby = loophelp.start_loop(home, "--standby", "--takeover-after", "2s")
+        loophelp.wait_until(lambda: (home / "standby.json").exists(), 20)
+        _fill(small_fs)
+        # Past HEARTBEAT_STALE_AFTER (10 s): the heartbeat is silent, the tick record is not.
+        loop = loophelp.wait_until(lambda: (s := _loop_state(home))["state"] == "cannot_write" and s, 40)
+        assert loop["pid"] == leader.pid
+        assert "scheduler.json: No space left on device" in loop["reason"] and "kill" not in loop["reason"]
+        time.sleep(3)  # longer than --takeover-after: a standby that took this for a hang would have killed it
+        assert leader.poll() is None and standby.poll() is None, "the healthy leader was killed"
+        assert _loop_state(home)["state"] == "cannot_write"
+        (small_fs / "filler").unlink()
+        loophelp.wait_until(lambda: _loop_state(home)["state"] == "ok", 20)
+    finally:
+        if standby is not None:
+            loophelp.stop(standby)
+        loophelp.stop(leader)
+    err = leader.stderr.read().decode() if leader.stderr else ""
+    assert err.count("cannot write the heartbeat (scheduler.json: No space left on device)") == 1, err
+    assert "the heartbeat is written again" in err
+
+
+def test_run_on_a_corrupt_store_refuses_before_announcing(home: Path) -> None:
+    assert loophelp.cli(home, "add", "a", "--every", "1h", "--", "true").returncode == 0
+    (home / "jobs.json").write_text("{not json")
+    result = loophelp.cli(home, "run", "--once")
+    assert result.returncode == 1
+    assert result.stderr.startswith("cronctl: error: cannot parse store") and "internal error" not in result.stderr
+    assert loophelp.audit_rows(home, "scheduler.started") == []
+    assert not (home / "scheduler.json").exists(), "no heartbeat: status must not report a crashed loop"
+
+
+@pytest.fixture
+def read_only_home(home: Path):  # type: ignore[no-untyped-def]
+    """`home` bind-mounted read-only over itself (chmod does not stop root)."""
+    assert loophelp.cli(home, "add", "a", "--every", "1h", "--", "true").returncode == 0
+    if subprocess.run(["mount", "--bind", str(home), str(home)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(home)], check=True, capture_output=True)
+        yield home
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def test_run_on_a_read_only_home_says_which_path_and_why(read_only_home: Path) -> None:
+    result = loophelp.cli(read_only_home, "run", "--once")
+    assert result.returncode == 1
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.startswith("cronctl: error: the loop cannot run on ")
+    assert f"{read_only_home}/" in result.stderr and "Read-only file system" in result.stderr

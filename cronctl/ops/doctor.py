@@ -122,6 +122,8 @@ def _check_loop(paths: Paths, store: Store, now: Any) -> Finding:
         jobs = 0
     if status.state == "ok":
         return Finding("loop", "ok", f"loop pid {status.pid} ticking (heartbeat {status.heartbeat_age}s ago)")
+    if status.state == "cannot_write":
+        return Finding("loop", "action", status.reason, f"free space on the filesystem of {paths.home}")
     if status.state == "wedged":
         return Finding("loop", "action", status.reason,
                        f"kill {status.pid} and start 'cronctl run' again (or run a --standby beside it)")
