@@ -163,3 +163,52 @@ def test_run_on_a_read_only_home_says_which_path_and_why(read_only_home: Path) -
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.startswith("cronctl: error: the loop cannot run on ")
     assert f"{read_only_home}/" in result.stderr and "Read-only file system" in result.stderr
+
+
+def _jobs_file(path: Path, *jobs: tuple[str, str]) -> None:
+    lines = "".join(f"  - {{name: {name}, every: 1h, command: '{command}'}}\n" for name, command in jobs)
+    path.write_text("jobs:\n" + lines)
+
+
+@pytest.mark.slow
+def test_run_f_prunes_a_job_removed_or_renamed_in_the_watched_file(home: Path, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    _jobs_file(jobs, ("keep", "true"), ("old-name", "true"), ("dropped", "true"))
+    assert loophelp.cli(home, "add", "by-hand", "--every", "1h", "--", "true").returncode == 0
+    loop = loophelp.start_loop(home, "-f", str(jobs))
+    try:
+        loophelp.wait_ticking(home, loop)
+        assert sorted(loophelp.store(home)["jobs"]) == ["by-hand", "dropped", "keep", "old-name"]
+        time.sleep(0.05)  # a new mtime even on coarse clocks
+        _jobs_file(jobs, ("keep", "true"), ("new-name", "true"))
+        loophelp.wait_until(lambda: "new-name" in loophelp.store(home)["jobs"], 20)
+        assert sorted(loophelp.store(home)["jobs"]) == ["by-hand", "keep", "new-name"], \
+            "the file's dropped jobs are gone; a job the file never defined stays"
+        removed = loophelp.audit_rows(home, "job.removed")
+        assert sorted((r["job"], r["by"], r["source"]) for r in removed) == [
+            ("dropped", "run -f", str(jobs)), ("old-name", "run -f", str(jobs))]
+    finally:
+        assert loophelp.stop(loop) == 0
+
+
+@pytest.mark.slow
+def test_run_f_removes_a_dropped_job_that_is_running_once_its_run_ends(home: Path, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    _jobs_file(jobs, ("keep", "true"), ("long", "sleep 3"))
+    loop = loophelp.start_loop(home, "-f", str(jobs))
+    try:
+        loophelp.wait_ticking(home, loop)
+        assert loophelp.cli(home, "force-run", "long").returncode == 0
+        loophelp.wait_until(lambda: loophelp.store(home)["jobs"]["long"]["state"]["claims"], 20)
+        time.sleep(0.05)
+        _jobs_file(jobs, ("keep", "true"))
+        # The running run is not killed and the loop goes on: the job goes once the run has ended.
+        loophelp.wait_until(lambda: "long" not in loophelp.store(home)["jobs"], 30)
+        finished = loophelp.audit_rows(home, "run.finished", "long")
+        assert [r["status"] for r in finished] == ["success"]
+        assert [r["by"] for r in loophelp.audit_rows(home, "job.removed", "long")] == ["run -f"]
+        assert loop.poll() is None
+    finally:
+        assert loophelp.stop(loop) == 0
+    err = loop.stderr.read().decode() if loop.stderr else ""
+    assert err.count("no longer defines long, still running: removed when the run ends") == 1, err

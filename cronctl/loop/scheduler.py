@@ -48,6 +48,9 @@ from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
 
 WATCHDOG_PERIOD = 0.5
+# While a dropped job's run goes on, the watched file is applied again when a run ends, and at
+# least this often (a run of another process, force-run without the loop, ends unseen).
+PRUNE_RETRY_EVERY = 10.0
 
 
 @dataclass
@@ -72,6 +75,8 @@ class FileApplied:
 
     changed: bool
     summary: str
+    # Jobs the file dropped that were running: removed by a later apply, once their runs end.
+    prune_waiting: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -118,6 +123,9 @@ class Scheduler:
         self.started_at = ctx.clock.now()
         self.ticks = 0
         self._file_sig: tuple[int, int, int] | None = None
+        self._prune_waiting: list[str] = []
+        self._prune_tried_at = 0.0
+        self._prune_tried_active = 0
         self._last_heal = 0.0
         self._supervisor_factory = supervisor_factory
         self.supervisor: Supervisor | None = None
@@ -450,11 +458,13 @@ class Scheduler:
             sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         except OSError:
             sig = None
-        if not initial and sig == self._file_sig:
+        if not initial and sig == self._file_sig and not self._retry_prune():
             return
         self._file_sig = sig
         if self.hooks.apply_file is None:
             return
+        self._prune_tried_at = self.ctx.clock.monotonic()
+        self._prune_tried_active = len(self.engine.active) if self.engine else 0
         try:
             applied = self.hooks.apply_file(self.ctx, str(self.options.file))
         except CronctlError as exc:
@@ -466,6 +476,18 @@ class Scheduler:
         if applied.changed or initial:
             self._say(f"cronctl: applied {self.options.file}: {applied.summary}")
             self.wake.set()
+        if applied.prune_waiting and applied.prune_waiting != self._prune_waiting:  # said once per change
+            self._say(f"cronctl: {self.options.file} no longer defines {', '.join(applied.prune_waiting)}, "
+                      "still running: removed when the run ends")
+        self._prune_waiting = applied.prune_waiting
+
+    def _retry_prune(self) -> bool:
+        """Apply an unchanged file again while a dropped job waits for its run to end."""
+        if not self._prune_waiting:
+            return False
+        active = len(self.engine.active) if self.engine else 0  # len(): safe beside the tick thread
+        waited = self.ctx.clock.monotonic() - self._prune_tried_at
+        return active != self._prune_tried_active or waited >= PRUNE_RETRY_EVERY
 
     def _say(self, message: str) -> None:
         if not self.options.quiet:
