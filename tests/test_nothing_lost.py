@@ -212,3 +212,14 @@ def test_run_f_removes_a_dropped_job_that_is_running_once_its_run_ends(home: Pat
         assert loophelp.stop(loop) == 0
     err = loop.stderr.read().decode() if loop.stderr else ""
     assert err.count("no longer defines long, still running: removed when the run ends") == 1, err
+
+
+def test_run_on_a_full_disk_refuses_before_announcing_and_names_the_file(small_fs: Path) -> None:
+    home = small_fs / "home"
+    assert loophelp.cli(home, "add", "a", "--every", "1h", "--", "true").returncode == 0
+    _fill(small_fs)
+    result = loophelp.cli(home, "run", "--once")
+    assert result.returncode == 1 and "internal error" not in result.stderr
+    assert f"{home}/heartbeat.tick: No space left on device" in result.stderr
+    assert loophelp.audit_rows(home, "scheduler.started") == []
+    assert not (home / "scheduler.json").exists()

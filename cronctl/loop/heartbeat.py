@@ -76,8 +76,12 @@ class HeartbeatWriter:
 
     def prepare(self) -> None:
         """Create the tick record at its full size; raises OSError when the home is not writable."""
-        write_json_atomic(tick_path(self.paths), {})  # a fresh inode of our own, then its full size
-        self._overwrite_tick(None)
+        path = tick_path(self.paths)
+        try:
+            write_json_atomic(path, {})  # a fresh inode of our own, then its full size
+            self._overwrite_tick(None)
+        except OSError as exc:  # os.write names no file: say which one
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
     def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
         """Write the heartbeat; on failure, beat in the tick record instead and return what failed."""
