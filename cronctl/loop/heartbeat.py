@@ -1,15 +1,24 @@
 """The loop's heartbeat file: written by the loop every tick, read by everyone else.
 
 The read side (`loop_status`, `heartbeat_age`) says what the loop is doing as another
-process sees it: ok, stopped, dead or wedged.
+process sees it: ok, stopped, dead, wedged, or cannot_write.
+
+A full disk (or a read-only remount) makes the heartbeat write fail while the loop goes
+on ticking; a reader must not take that silence for a hung loop. So the leader also owns
+`heartbeat.tick`, a fixed-size record written once when it starts to lead, and overwritten
+in place (no new blocks, no new inode: it still works on a full disk) on every tick whose
+heartbeat write failed. A stale heartbeat beside a fresh tick record of the same process
+means "alive and ticking, but cannot write", with the error it got.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronctl.paths import Paths
@@ -18,18 +27,23 @@ from cronctl.store.statefiles import read_json, write_json_atomic
 from cronctl.timefmt import from_iso, to_iso
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from cronctl.clock import Clock
     from cronctl.proc.identity import ProcIdentity
 
 # A loop ticks at least once a second; this much silence means it is hung (or stopped by SIGSTOP).
 HEARTBEAT_STALE_AFTER = 10.0
+# The in-place tick record: always exactly this many bytes, so an overwrite allocates nothing.
+TICK_RECORD_SIZE = 512
+_TICK_ERROR_MAX = 300
+
+
+def tick_path(paths: Paths) -> Path:
+    return paths.home / "heartbeat.tick"
 
 
 @dataclass(frozen=True)
 class LoopStatus:
-    state: str  # ok | stopped | dead | wedged
+    state: str  # ok | stopped | dead | wedged | cannot_write
     reason: str
     pid: int | None = None
     generation: str | None = None
@@ -42,7 +56,8 @@ class LoopStatus:
 
     @property
     def stale(self) -> bool:
-        return self.state in ("dead", "wedged")
+        # cannot_write is stale too: the loop ticks, but what it does may not be recorded.
+        return self.state in ("dead", "wedged", "cannot_write")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,14 +74,58 @@ class HeartbeatWriter:
     started_at: datetime
     file: Path | None
 
-    def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> None:
-        write_json_atomic(self.paths.heartbeat, {
+    def prepare(self) -> None:
+        """Create the tick record at its full size; raises OSError when the home is not writable."""
+        path = tick_path(self.paths)
+        try:
+            write_json_atomic(path, {})  # a fresh inode of our own, then its full size
+            self._overwrite_tick(None)
+        except OSError as exc:  # os.write names no file: say which one
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+    def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
+        """Write the heartbeat; on failure, beat in the tick record instead and return what failed."""
+        try:
+            write_json_atomic(self.paths.heartbeat, {
+                "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
+                "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
+                "last_tick_at": to_iso(self.clock.now()), "last_tick_mono": self.clock.monotonic(),
+                "stopped_cleanly": stopped_cleanly, "ticks": ticks, "active_runs": active_runs,
+                "file": str(self.file) if self.file else None,
+            })
+            return None
+        except OSError as exc:
+            problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
+        try:
+            self._overwrite_tick(problem)
+        except OSError as exc:
+            problem += f"; {tick_path(self.paths).name}: {exc.strerror or exc}"
+        return problem
+
+    def _overwrite_tick(self, error: str | None) -> None:
+        record = json.dumps({
             "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
-            "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
-            "last_tick_at": to_iso(self.clock.now()), "last_tick_mono": self.clock.monotonic(),
-            "stopped_cleanly": stopped_cleanly, "ticks": ticks, "active_runs": active_runs,
-            "file": str(self.file) if self.file else None,
-        })
+            "boot_id": self.boot, "mono": self.clock.monotonic(), "at": to_iso(self.clock.now()),
+            "error": None if error is None else error[:_TICK_ERROR_MAX],
+        }, sort_keys=True).encode()
+        fd = os.open(tick_path(self.paths), os.O_WRONLY | os.O_CLOEXEC)  # never O_CREAT: no new inode
+        try:
+            os.pwrite(fd, record.ljust(TICK_RECORD_SIZE - 1) + b"\n", 0)
+        finally:
+            os.close(fd)
+
+
+def fresh_tick(paths: Paths, ident: ProcIdentity, boot: str | None, within: float,
+               monotonic: float) -> dict[str, Any] | None:
+    """The tick record of this very process (pid, start time, boot) if it beat within `within` s.
+
+    A record read while it is being overwritten does not parse: it counts as absent."""
+    tick = read_json(tick_path(paths))
+    if not tick or tick.get("pid") != ident.pid or tick.get("boot_id") != boot:
+        return None
+    if float(tick.get("start_time") or 0.0) != ident.start_time:  # both copied from the loop's identity
+        return None
+    return tick if monotonic - float(tick.get("mono") or 0.0) <= within else None
 
 
 def heartbeat_age(hb: dict[str, Any], now: datetime, boot: str) -> float | None:
@@ -105,6 +164,11 @@ def loop_status(paths: Paths, now: datetime) -> LoopStatus:
         return LoopStatus("dead", "the loop died without stopping cleanly (killed or crashed); "
                           "start 'cronctl run' again — it reclaims what the old one left", **common)
     if age is not None and age > HEARTBEAT_STALE_AFTER:
+        tick = fresh_tick(paths, ident, boot, HEARTBEAT_STALE_AFTER, time.monotonic())
+        if tick is not None and tick.get("error"):
+            return LoopStatus("cannot_write", f"the loop (pid {ident.pid}) is alive and ticking but cannot write "
+                              f"its heartbeat ({tick['error']}); free space on the home's filesystem "
+                              "('cronctl doctor' shows it): the loop needs no restart", **common)
         return LoopStatus("wedged", f"the loop (pid {ident.pid}) is alive but has not ticked for {age:.0f}s; "
                           "a --standby takes over, or kill it and start 'cronctl run' again", **common)
     return LoopStatus("ok", "ticking", **common)

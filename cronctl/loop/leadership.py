@@ -3,18 +3,21 @@
 A standby polls the scheduler lock; when it gets it, the old leader stopped or died
 (`leader_stopped`/`leader_dead`). A leader whose heartbeat stays silent longer than
 `takeover_after` (same boot) is killed first, verified by pid AND start time, and the
-takeover is recorded as `leader_wedged`.
+takeover is recorded as `leader_wedged`, unless its tick record (heartbeat.py) shows it
+still ticking: a leader that only cannot write (a full disk) is healthy, never killed.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from cronctl.context import Context
 from cronctl.loop.heal import bump
+from cronctl.loop.heartbeat import fresh_tick
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.store.locks import SchedulerLock, lock_holder
@@ -91,11 +94,12 @@ class Leadership:
 
     def _write_standby_beat(self, leader: int | None, since: float) -> None:
         mono = self.ctx.clock.monotonic()
-        write_json_atomic(self.standby_path, {
-            "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
-            "boot_id": self.boot, "leader_pid": leader, "last_check_at": to_iso(self.ctx.clock.now()),
-            "last_check_mono": mono, "waiting_s": round(mono - since, 1),
-        })
+        with suppress(OSError):  # only `status` reads it: a full disk must not end the standby
+            write_json_atomic(self.standby_path, {
+                "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
+                "boot_id": self.boot, "leader_pid": leader, "last_check_at": to_iso(self.ctx.clock.now()),
+                "last_check_mono": mono, "waiting_s": round(mono - since, 1),
+            })
 
     def _clear_standby_beat(self) -> None:
         beat = read_json(self.standby_path)
@@ -106,8 +110,12 @@ class Leadership:
         hb = read_json(self.ctx.paths.heartbeat)
         if not hb or hb.get("boot_id") != self.boot or hb.get("stopped_cleanly"):
             return False
-        silent = self.ctx.clock.monotonic() - float(hb.get("last_tick_mono") or 0.0)
-        return silent > self.takeover_after
+        now = self.ctx.clock.monotonic()
+        if now - float(hb.get("last_tick_mono") or 0.0) <= self.takeover_after:
+            return False
+        # A silent heartbeat beside a fresh tick record: the leader ticks but cannot write (a full disk).
+        ident = procs.ProcIdentity(int(hb.get("pid") or 0), float(hb.get("start_time") or 0.0))
+        return fresh_tick(self.ctx.paths, ident, self.boot, self.takeover_after, now) is None
 
     def _kill_wedged_leader(self) -> None:
         hb = read_json(self.ctx.paths.heartbeat) or {}

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from cronctl.clock import Clock
 from cronctl.context import Context
-from cronctl.errors import CronctlError, SchedulerRunningError
+from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
@@ -48,6 +48,9 @@ from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
 
 WATCHDOG_PERIOD = 0.5
+# While a dropped job's run goes on, the watched file is applied again when a run ends, and at
+# least this often (a run of another process, force-run without the loop, ends unseen).
+PRUNE_RETRY_EVERY = 10.0
 
 
 @dataclass
@@ -72,6 +75,8 @@ class FileApplied:
 
     changed: bool
     summary: str
+    # Jobs the file dropped that were running: removed by a later apply, once their runs end.
+    prune_waiting: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -118,6 +123,9 @@ class Scheduler:
         self.started_at = ctx.clock.now()
         self.ticks = 0
         self._file_sig: tuple[int, int, int] | None = None
+        self._prune_waiting: list[str] = []
+        self._prune_tried_at = 0.0
+        self._prune_tried_active = 0
         self._last_heal = 0.0
         self._supervisor_factory = supervisor_factory
         self.supervisor: Supervisor | None = None
@@ -129,6 +137,7 @@ class Scheduler:
         self.service = ServiceBeat(notifier or Notifier.from_env(os.environ), ctx.clock)
         self.endpoint: Endpoint | None = None
         self.role = "starting"
+        self._heartbeat_problem: str | None = None
         self.heartbeat = HeartbeatWriter(ctx.paths, ctx.clock, self.identity, self.boot, self.started_at,
                                          options.file)
 
@@ -138,6 +147,9 @@ class Scheduler:
         self._install_signals()
         try:
             return self._run()
+        except OSError as exc:
+            # A read-only or full home, a lost permission: a plain message naming the path, never a traceback.
+            raise HomeError(f"the loop cannot run on {self.ctx.paths.home}: {_os_words(exc)}") from exc
         finally:
             if self.endpoint is not None:
                 self.endpoint.stop()
@@ -183,7 +195,14 @@ class Scheduler:
             return False
         return True
 
+    def _check_before_announcing(self) -> None:
+        """Fail before the `scheduler.started` row and the first heartbeat, so that a loop that
+        could not start never looks like one that started and crashed."""
+        self.ctx.store.read()  # a corrupt store: StoreCorruptError, its message names the file and the fix
+        self.heartbeat.prepare()  # the home is writable (and the tick record of a full disk exists)
+
     def _lead(self, previous: dict[str, Any] | None) -> int:
+        self._check_before_announcing()
         if self.options.file is not None:
             self._apply_file(initial=True)
         gen_id = self._new_generation_id()
@@ -383,9 +402,18 @@ class Scheduler:
 
     def _write_heartbeat(self, stopped_cleanly: bool) -> None:
         gen = self.generation
-        self.heartbeat.write(generation=gen.id if gen else None, ticks=self.ticks,
-                             active_runs=len(self.engine.active) if self.engine else 0,
-                             stopped_cleanly=stopped_cleanly)
+        problem = self.heartbeat.write(generation=gen.id if gen else None, ticks=self.ticks,
+                                       active_runs=len(self.engine.active) if self.engine else 0,
+                                       stopped_cleanly=stopped_cleanly)
+        if problem == self._heartbeat_problem:
+            return
+        # Said once per change, on stderr: on a full disk an audit row would fail like the heartbeat.
+        self._heartbeat_problem = problem
+        if problem is not None:
+            print(f"cronctl: warning: cannot write the heartbeat ({problem}); the loop goes on ticking and "
+                  "'cronctl status' says so (from heartbeat.tick)", file=sys.stderr, flush=True)
+        else:
+            print("cronctl: the heartbeat is written again", file=sys.stderr, flush=True)
 
     def service_status(self) -> str:
         """The one STATUS= line: jobs, running, and when the last tick completed."""
@@ -430,11 +458,13 @@ class Scheduler:
             sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         except OSError:
             sig = None
-        if not initial and sig == self._file_sig:
+        if not initial and sig == self._file_sig and not self._retry_prune():
             return
         self._file_sig = sig
         if self.hooks.apply_file is None:
             return
+        self._prune_tried_at = self.ctx.clock.monotonic()
+        self._prune_tried_active = len(self.engine.active) if self.engine else 0
         try:
             applied = self.hooks.apply_file(self.ctx, str(self.options.file))
         except CronctlError as exc:
@@ -446,7 +476,26 @@ class Scheduler:
         if applied.changed or initial:
             self._say(f"cronctl: applied {self.options.file}: {applied.summary}")
             self.wake.set()
+        if applied.prune_waiting and applied.prune_waiting != self._prune_waiting:  # said once per change
+            self._say(f"cronctl: {self.options.file} no longer defines {', '.join(applied.prune_waiting)}, "
+                      "still running: removed when the run ends")
+        self._prune_waiting = applied.prune_waiting
+
+    def _retry_prune(self) -> bool:
+        """Apply an unchanged file again while a dropped job waits for its run to end."""
+        if not self._prune_waiting:
+            return False
+        active = len(self.engine.active) if self.engine else 0  # len(): safe beside the tick thread
+        waited = self.ctx.clock.monotonic() - self._prune_tried_at
+        return active != self._prune_tried_active or waited >= PRUNE_RETRY_EVERY
 
     def _say(self, message: str) -> None:
         if not self.options.quiet:
             print(message, file=sys.stderr, flush=True)
+
+
+def _os_words(exc: OSError) -> str:
+    """'PATH: No space left on device', the path being the file the call was about."""
+    path = exc.filename2 or exc.filename
+    reason = exc.strerror or str(exc)
+    return f"{path}: {reason}" if path else reason

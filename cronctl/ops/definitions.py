@@ -189,6 +189,9 @@ class ApplyPlan:
     applied: bool = False
     # Printed on stderr, never part of --json (its keys are a contract).
     warnings: list[str] = field(default_factory=list)
+    # Also outside --json: jobs to prune that were running, left for a later apply (`run -f`).
+    prune_waiting: list[str] = field(default_factory=list)
+    pruned_by: str = "apply --prune"
 
     @property
     def changes(self) -> int:
@@ -210,13 +213,18 @@ def validate_file(path: str, now: datetime) -> tuple[list[JobSpec], list[str]]:
 
 
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
-               force: bool = False) -> ApplyPlan:
+               force: bool = False, watched: bool = False) -> ApplyPlan:
+    """Apply a jobs file. `watched` is `run -f`: the file is the source of truth for the jobs
+    it created, so they are pruned; one with a running run is not refused (the loop must go
+    on) but left in `prune_waiting`, for the loop to apply again once its runs end."""
     loaded = load_jobs_file(path)
     check_spawnable(loaded.specs, str(loaded.path))
     source = str(loaded.path)
     now = ctx.clock.now()
     with ctx.store.transaction() as doc:
-        plan = _plan_apply(doc, loaded.specs, source, prune)
+        plan = _plan_apply(doc, loaded.specs, source, prune or watched)
+        if watched:
+            _defer_running_prunes(doc, plan)
         chain_rules.check_apply(doc, source, loaded.specs, plan.prune, force)
         done = frozenset(name for name, entry in doc["jobs"].items() if (entry.get("state") or {}).get("completed"))
         plan.warnings = loaded.warnings(now, done)
@@ -256,6 +264,13 @@ def _plan_apply(doc: dict[str, Any], specs: list[JobSpec], source: str, prune: b
     return plan
 
 
+def _defer_running_prunes(doc: dict[str, Any], plan: ApplyPlan) -> None:
+    plan.pruned_by = "run -f"
+    plan.prune_waiting = [n for n in plan.prune if JobView.from_entry(doc["jobs"][n]).claims]
+    waiting = set(plan.prune_waiting)
+    plan.prune = [n for n in plan.prune if n not in waiting]
+
+
 def _execute_apply(doc: dict[str, Any], plan: ApplyPlan, specs: list[JobSpec], now: datetime) -> None:
     running = [n for n in plan.prune if JobView.from_entry(doc["jobs"][n]).claims]
     if running:
@@ -282,7 +297,7 @@ def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> No
     for name in plan.adopt:
         ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, source=plan.file, by="apply", adopted=True)
     for name in plan.prune:
-        ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, source=plan.file, by="apply --prune")
+        ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, source=plan.file, by=plan.pruned_by)
 
 
 # --- reading -------------------------------------------------------------------

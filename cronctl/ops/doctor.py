@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,6 +16,10 @@ from cronctl.store.jsonstore import Store
 
 RUNS_DIR_WARN_BYTES = 1024 * 1024 * 1024
 AUDIT_WARN_BYTES = 200 * 1024 * 1024
+# Below this much free space a store write, an audit row or a run log may fail any time.
+DISK_WARN_BYTES = 100 * 1024 * 1024
+# Below this much the heartbeat (a few hundred bytes, written every tick) is the next to fail.
+DISK_ACTION_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -31,8 +36,10 @@ class Finding:
 def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
     findings = [_check_store(paths, store), *_check_jobs(paths, store), *_check_locks(paths)]
     findings.append(_check_loop(paths, store, now))
+    findings.extend(_check_claims(store))
     findings.extend(_check_orphans(paths, store))
     findings.extend(_check_sizes(paths))
+    findings.append(_check_disk(paths))
     return findings
 
 
@@ -115,6 +122,8 @@ def _check_loop(paths: Paths, store: Store, now: Any) -> Finding:
         jobs = 0
     if status.state == "ok":
         return Finding("loop", "ok", f"loop pid {status.pid} ticking (heartbeat {status.heartbeat_age}s ago)")
+    if status.state == "cannot_write":
+        return Finding("loop", "action", status.reason, f"free space on the filesystem of {paths.home}")
     if status.state == "wedged":
         return Finding("loop", "action", status.reason,
                        f"kill {status.pid} and start 'cronctl run' again (or run a --standby beside it)")
@@ -122,6 +131,37 @@ def _check_loop(paths: Paths, store: Store, now: Any) -> Finding:
         level = "action" if status.state == "dead" else "warn"
         return Finding("loop", level, f"{status.reason}; {jobs} job(s) are defined", "cronctl run")
     return Finding("loop", "ok", status.reason)
+
+
+def _check_claims(store: Store) -> list[Finding]:
+    """Claims whose owner died (pid + start time) or whose lease ran out: nothing heals them
+    while no loop runs, and until then the job never fires again."""
+    from cronctl.loop.heal import Liveness, dead_claims
+    from cronctl.proc.liveness import lease_checker, owner_alive
+
+    try:
+        jobs = store.read()["jobs"]
+    except CronctlError:
+        return []  # _check_store says why
+    # Entries _check_jobs reports as unreadable are left out: doctor reports them, never crashes on them.
+    readable = {name: entry for name, entry in jobs.items() if _entry_problem(entry) is None}
+    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
+    found = dead_claims({"jobs": readable}, live)
+    if not found:
+        return [Finding("claims", "ok", "every claimed run has a live owner and a current lease")]
+    return [Finding("claims", "action",
+                    f"job '{job}': run {run_id} is still claimed but {_claim_words(readable[job], run_id, why)}",
+                    f"cronctl resume {job} (or a running 'cronctl run' reclaims it)")
+            for job, run_id, why in found]
+
+
+def _claim_words(entry: dict[str, Any], run_id: str, problem: str) -> str:
+    claim = entry["state"]["claims"][run_id]
+    owner = claim.get("owner") or {}
+    if problem == "owner_dead":
+        return (f"its owner (pid {owner.get('pid')}, started {owner.get('start_time')}) is no longer alive "
+                "(same pid and start time)")
+    return f"its lease expired (last renewed until {claim.get('lease_until')})"
 
 
 def _check_orphans(paths: Paths, store: Store) -> list[Finding]:
@@ -169,6 +209,23 @@ def _check_sizes(paths: Paths) -> list[Finding]:
                    "remove jobs you no longer need; logs of the last 20 runs per job are kept" if too_big else None),
            Finding("audit", "warn" if audit > AUDIT_WARN_BYTES else "ok", f"audit log holds {audit / 1e6:.1f} MB")]
     return out
+
+
+def _check_disk(paths: Paths) -> Finding:
+    """Free space of the home's filesystem, as an unprivileged writer (the loop) sees it."""
+    try:
+        fs = os.statvfs(paths.home)
+    except OSError as exc:
+        return Finding("disk", "action", f"cannot read the free space of {paths.home}: {exc.strerror or exc}")
+    free = fs.f_bavail * fs.f_frsize
+    words = f"{free / 1e6:.1f} MB free on the filesystem of {paths.home}"
+    if free < DISK_ACTION_BYTES:
+        return Finding("disk", "action", f"{words}: writes of the store, the audit log and the heartbeat fail",
+                       f"free space on the filesystem of {paths.home}")
+    if free < DISK_WARN_BYTES:
+        return Finding("disk", "warn", f"{words} (less than {DISK_WARN_BYTES // (1024 * 1024)} MB)",
+                       f"free space on the filesystem of {paths.home}")
+    return Finding("disk", "ok", words)
 
 
 def repair(paths: Paths, store: Store) -> list[str]:

@@ -20,7 +20,7 @@ from cronctl.ops.chains import chain_metrics
 from cronctl.store.claims import LATENESS_BUCKETS
 from cronctl.timefmt import from_iso
 
-LOOP_STATES = ("ok", "stopped", "dead", "wedged")
+LOOP_STATES = ("ok", "stopped", "dead", "wedged", "cannot_write")
 JOB_STATES = ("ok", "running", "paused", "failing", "late", "wedged", "completed")
 
 

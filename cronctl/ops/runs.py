@@ -219,10 +219,10 @@ def run_loop(ctx: Context, options: LoopOptions) -> int:
     from cronctl.ops.metrics import MetricsFile
 
     def apply_watched(ctx: Context, path: str) -> FileApplied:
-        plan = apply_file(ctx, path)
+        plan = apply_file(ctx, path, watched=True)
         return FileApplied(changed=bool(plan.changes), summary=(
             f"{len(plan.create)} created, {len(plan.update) + len(plan.adopt)} updated, "
-            f"{len(plan.unchanged)} unchanged"))
+            f"{len(plan.prune)} removed, {len(plan.unchanged)} unchanged"), prune_waiting=plan.prune_waiting)
 
     metrics = MetricsFile(options.metrics_file)
     from cronctl.ops.probes import probe_routes
