@@ -188,8 +188,15 @@ def _read_text(path: Path) -> str:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
 
 
+# Where libyaml reads a document differently from PyYAML (found by comparing the two on
+# generated documents, tests/test_jobfile_loaders.py): it takes a tab where PyYAML refuses
+# one, strips every leading BOM (PyYAML one), reads a bare `!` tag as '' (PyYAML None) and
+# takes a `#` right after a block scalar's `|` or `>`. A text with any of these goes to PyYAML.
+_LIBYAML_DIFFERS = re.compile(r"[\t\ufeff]|!(?=[\s,\]}]|$)|[|>][-+0-9]*#")
+
+
 def _parse_yaml(path: Path, text: str) -> Any:
-    if _LineLoader is _PyLineLoader:
+    if _LineLoader is _PyLineLoader or _LIBYAML_DIFFERS.search(text):
         return _load_yaml(path, text, _PyLineLoader)
     try:
         return _load_yaml(path, text, _LineLoader)
@@ -212,9 +219,11 @@ def _load_yaml(path: Path, text: str, loader: type[yaml.SafeLoader | yaml.CSafeL
         raise ConfigError([f"{path}{line}: invalid YAML: {exc.problem or exc.context}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+    except (ValueError, TypeError, OverflowError, RecursionError, LookupError, AttributeError) as exc:
         # PyYAML lets some of its own failures escape raw: an escape like "\U10010000"
-        # (chr() out of range) or nesting deeper than the interpreter's stack.
+        # (chr() out of range), nesting deeper than the interpreter's stack, an empty value
+        # with an explicit type (`!!int`: IndexError, `!!bool`: KeyError, `!!timestamp`:
+        # AttributeError).
         raise ConfigError([f"{path}: invalid YAML: {type(exc).__name__}: {exc}"]) from None
 
 
