@@ -22,8 +22,10 @@ than anything else.
 `--tree DIR` measures another checkout of cronctl (e.g. the code before a change, from
 `git archive`) with the same script.
 
+`--apply-only` measures the `apply -f` row alone (a minute instead of several).
+
 Usage: python bench/store_speed.py [--sizes 10000,50000] [--rounds 5] [--apply-rounds 3] [--quick]
-                                   [--profile] [--tree DIR]
+                                   [--profile] [--tree DIR] [--apply-only]
 """
 
 from __future__ import annotations
@@ -271,6 +273,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="10,000 jobs only, 3 rounds, 1 apply round")
     parser.add_argument("--profile", action="store_true", help="add a cProfile of store writes at each size")
     parser.add_argument("--before", type=Path, default=None, help="time this checkout's store module too")
+    parser.add_argument("--apply-only", action="store_true", help="measure the `apply -f` row only")
     parser.add_argument("--tree", type=Path, default=None, help="measure the cronctl of this checkout")
     parser.add_argument("--label", default="this checkout", help="what the table's title calls the cronctl measured")
     parser.add_argument("--results", type=Path, default=None, help="directory to save store_speed.json/.md in")
@@ -281,17 +284,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rounds = 3 if args.quick else args.rounds
     apply_rounds = 1 if args.quick else args.apply_rounds
     before = load_store_module(args.before.resolve()) if args.before else None
-    writes = [measure_write(size, rounds, before) for size in sizes]
-    finish = measure_finish(FINISH_SIZE, rounds)
+    writes = [] if args.apply_only else [measure_write(size, rounds, before) for size in sizes]
+    finish = None if args.apply_only else measure_finish(FINISH_SIZE, rounds)
     applied = measure_apply(apply_rounds, args.tree.resolve() if args.tree else None)
     command = "python bench/store_speed.py" + (" --quick" if args.quick else "") + (
         " --tree DIR" if args.tree else "") + (
-        " --before DIR" if args.before else "")
+        " --before DIR" if args.before else "") + (" --apply-only" if args.apply_only else "")
     rows = [[f"store write at {w['jobs']:,} jobs ({w['store_mib']} MiB)", f"{w['store_write_ms']} ms",
              (f"before {w['before_ms']} ms, " if w["before_ms"] is not None else "")
              + f"stdlib codec {w['stdlib_codec_ms']} ms, write floor {w['write_floor_ms']} ms"] for w in writes]
-    rows.append([f"finishing one run at {finish['jobs']:,} jobs", f"{finish['finish_one_ms']} ms",
-                 f"median of {finish['runs_finished']} runs"])
+    if finish is not None:
+        rows.append([f"finishing one run at {finish['jobs']:,} jobs", f"{finish['finish_one_ms']} ms",
+                     f"median of {finish['runs_finished']} runs"])
     rows.append([f"`apply -f` of {applied['jobs']:,} new jobs", f"{applied['apply_pipe_s']} s (pipe), "
                  f"{applied['apply_tty_s']} s (TTY)",
                  f"`python -c pass` {applied['python_pass_s']} s; YAML parse alone: SafeLoader "
@@ -299,7 +303,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = table(f"Store-write rows ({args.label}; median)",
                  ["row", "cronctl", "peers, same run"], rows, command=command)
     text += f"\n- {machine_note()}\n"
-    if args.profile:
+    if args.profile and not args.apply_only:
         text += "".join("\n" + profile_write(size, rounds) for size in sizes)
     print(text)
     data = {"writes": writes, "finish": finish, "apply": applied}

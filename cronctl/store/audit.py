@@ -37,22 +37,49 @@ class AuditLog:
 
         Audit must never take the scheduler down: a failed write is reported on stderr only.
         """
+        row = self._row(event, details)
+        self._write(_line(row))
+        tell_listeners(self.listeners, row)
+        return row
+
+    def append_many(self, rows: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """`append` for each (event, details) of `rows`, in one O_APPEND write of whole lines.
+
+        For a burst of one command (`apply -f` of 10,000 jobs: 10,000 `job.added` rows):
+        one open and one write instead of one each per row. The rows are the ones `append`
+        writes; another writer's row lands before or after the batch, never inside a line,
+        and a batch cut short by a crash ends in at most one torn line, skipped by readers.
+        A subclass that writes elsewhere (PgAuditLog overrides `append`) gets its own
+        `append` per row.
+        """
+        if type(self).append is not AuditLog.append:
+            return [self.append(event, **details) for event, details in rows]
+        written = [self._row(event, dict(details)) for event, details in rows]
+        if written:
+            self._write(b"".join(_line(row) for row in written))
+        for row in written:
+            tell_listeners(self.listeners, row)
+        return written
+
+    def _row(self, event: str, details: dict[str, Any]) -> dict[str, Any]:
         row: dict[str, Any] = {"ts": details.pop("ts", None) or now_ms_iso(self.clock), "event": str(event)}
         row.update({k: v for k, v in details.items() if v is not None})
-        line = (json.dumps(row, sort_keys=True, default=str, ensure_ascii=False) + "\n").encode("utf-8")
+        return row
+
+    def _write(self, data: bytes) -> None:
         try:
             self._rotate_if_needed()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, line)
+                view = memoryview(data)
+                while view:  # a regular file takes it all at once; a short write must not lose the rest
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
         except OSError as exc:
             import sys
 
             print(f"cronctl: cannot write audit row to {self.path}: {exc.strerror}", file=sys.stderr)
-        tell_listeners(self.listeners, row)
-        return row
 
     def _rotate_if_needed(self) -> None:
         try:
@@ -83,6 +110,10 @@ class AuditLog:
                     row = _parse_row(raw)
                     if row is not None:
                         yield row
+
+
+def _line(row: dict[str, Any]) -> bytes:
+    return (json.dumps(row, sort_keys=True, default=str, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _parse_row(raw: bytes) -> dict[str, Any] | None:
