@@ -278,14 +278,8 @@ class JsonLeaseStore:
             return claims_mod.renew(doc, owner, runs, lease)
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int:
-        adopted = 0
         with self._tx() as doc:
-            for run_id, job in runs.items():
-                claim = find_claim(doc, job, run_id)
-                if claim is not None and old.owns(claim):
-                    claim["owner"] = new.to_dict()
-                    adopted += 1
-        return adopted
+            return adopt_claims(doc, old, new, runs)
 
     # --- finish ------------------------------------------------------------------------------
 
@@ -524,6 +518,17 @@ def _changed_since_claim(doc: dict[str, Any], gate: HeldGate, owner: Owner) -> s
     if view.spec != gate.spec:
         return "edited"
     return None
+
+
+def adopt_claims(doc: dict[str, Any], old: Owner, new: Owner, runs: dict[str, str]) -> int:
+    """In `doc`: hand `old`'s claims among `runs` (run id -> job) to `new`; how many moved."""
+    adopted = 0
+    for run_id, job in runs.items():
+        claim = find_claim(doc, job, run_id)
+        if claim is not None and old.owns(claim):
+            claim["owner"] = new.to_dict()
+            adopted += 1
+    return adopted
 
 
 def rearm_wedged(doc: dict[str, Any], job: str, now: datetime) -> Event | None:

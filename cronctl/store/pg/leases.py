@@ -35,6 +35,7 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
     Unhold,
     _changed_since_claim,
     _held_by,
+    adopt_claims,
     rearm_wedged,
     run_claim,
 )
@@ -145,14 +146,8 @@ class PgLeaseStore:
             return claims_mod.renew(tx.doc, owner, runs, self._lease(tx, lease))
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int:
-        adopted = 0
         with self._jobs(list(runs.values())) as tx:
-            for run_id, job in runs.items():
-                claim = find_claim(tx.doc, job, run_id)
-                if claim is not None and old.owns(claim):
-                    claim["owner"] = new.to_dict()
-                    adopted += 1
-        return adopted
+            return adopt_claims(tx.doc, old, new, runs)
 
     # --- finish ------------------------------------------------------------------------------
 
