@@ -29,6 +29,7 @@ import pytest
 from cronsim import CronSim
 
 from cronctl.schedule.cron import count_slots, cron_next, cron_prev, parse_cron
+from tests.test_schedule_oracle import offset_changes
 
 UTC = timezone.utc
 ZONES = (
@@ -62,22 +63,8 @@ class Case:
 @cache
 def transitions(tz: str) -> tuple[datetime, ...]:
     """UTC instants in 2026-2027 where the zone's offset changes (hourly probe + bisection)."""
-    zone = ZoneInfo(tz)
-    found = []
     probe, end = YEARS
-    while probe < end:
-        following = probe + timedelta(hours=1)
-        if probe.astimezone(zone).utcoffset() != following.astimezone(zone).utcoffset():
-            low, high = probe, following
-            while high - low > timedelta(seconds=1):
-                middle = low + (high - low) / 2
-                if middle.astimezone(zone).utcoffset() == low.astimezone(zone).utcoffset():
-                    low = middle
-                else:
-                    high = middle
-            found.append(high.replace(microsecond=0))
-        probe = following
-    return tuple(found)
+    return offset_changes(tz, probe, end, timedelta(hours=1))
 
 
 def moving_hours(tz: str, transition: datetime) -> tuple[int, int, int]:

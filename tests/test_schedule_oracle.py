@@ -237,17 +237,15 @@ def oracle_slots(expr: Expr, zone: ZoneInfo, start: datetime, end: datetime) -> 
     return slots
 
 
-@cache
-def transitions(tz: str) -> tuple[datetime, ...]:
-    """UTC instants in 2020-2030 where the zone's offset changes (daily probe + bisection).
-
-    Daily probing assumes transitions are months apart, true for these zones.
-    """
+def offset_changes(tz: str, start: datetime, end: datetime, step: timedelta) -> tuple[datetime, ...]:
+    """UTC instants in [start, end) where the zone's offset changes: probed every `step`,
+    each change then found to the second by bisection (`step` must be shorter than the
+    time between two changes)."""
     zone = ZoneInfo(tz)
     found = []
-    probe = START
-    while probe < END:
-        following = probe + timedelta(days=1)
+    probe = start
+    while probe < end:
+        following = probe + step
         if probe.astimezone(zone).utcoffset() != following.astimezone(zone).utcoffset():
             low, high = probe, following
             while high - low > timedelta(seconds=1):
@@ -259,6 +257,13 @@ def transitions(tz: str) -> tuple[datetime, ...]:
             found.append(high.replace(microsecond=0))
         probe = following
     return tuple(found)
+
+
+@cache
+def transitions(tz: str) -> tuple[datetime, ...]:
+    """UTC instants in 2020-2030 where the zone's offset changes (daily probe: transitions
+    are months apart in these zones)."""
+    return offset_changes(tz, START, END, timedelta(days=1))
 
 
 @st.composite
