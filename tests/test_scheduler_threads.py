@@ -123,3 +123,19 @@ def test_alive_but_silent_tick_thread_is_reported_once_and_never_duplicated(home
         release.set()
         scheduler.request_stop()
         thread.join(timeout=30)
+
+
+def test_a_request_the_loop_fails_to_serve_is_answered_not_left_to_time_out(tmp_path: Path) -> None:
+    from cronctl.loop import control
+    from cronctl.paths import Paths
+
+    class BrokenEngine:
+        def force(self, job: str) -> None:
+            raise RuntimeError("boom")
+
+    paths = Paths(tmp_path)
+    request_id = control.send_request(paths, "force_run", None, job="j")
+    control.serve(paths, BrokenEngine())  # type: ignore[arg-type]
+    reply = control.wait_reply(paths, request_id, 1.0, alive=lambda: True)
+    assert reply is not None and reply["ok"] is False and "RuntimeError: boom" in reply["error"]
+    assert control.pending_requests(paths) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -83,6 +84,12 @@ def serve(paths: Paths, engine: Engine) -> None:
             answer = _answer(engine, request)
         except CronctlError as exc:
             answer = {"ok": False, "error": str(exc)}
+        except Exception as exc:
+            # Answered all the same: an unanswered request would fail again on every tick
+            # and leave its command waiting out its timeout with no word of why.
+            print(f"cronctl: error serving a {request.get('action')} request: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            answer = {"ok": False, "error": f"the loop could not serve it: {type(exc).__name__}: {exc}"}
         reply(paths, request, path, answer)
 
 
