@@ -320,22 +320,10 @@ class JsonLeaseStore:
         when it was judged broken, so a run that ended for real, or was reclaimed by someone
         else meanwhile, is left alone."""
         with self._tx() as doc:
-            current = find_claim(doc, job, run_id)
-            if current is None or not _held_by(current, seen_owner):
+            reclaimed = reclaim_claim(doc, job, run_id, seen_owner, reason, now, processes_killed)
+            if reclaimed is None:
                 return False
-            dispatched = bool(current.get("dispatched"))
-            outcome = Outcome(
-                RunStatus.LOST if dispatched else RunStatus.NOT_STARTED,
-                "executor_lost_mid_run" if dispatched else "run_claimed_without_dispatch",
-                fault=Fault.PLATFORM,
-            )
-            done = claims_mod.finish(doc, job, run_id, None, outcome, now)
-            bump_counter(doc, "operator_release" if reason == "operator" else reason)
-            rows = [Event(AuditEvent.CLAIM_RECLAIMED, {
-                "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
-                "run_reason": outcome.reason, "processes_killed": processes_killed,
-                "owner_pid": seen_owner.pid if seen_owner is not None else None,
-            }), *done.events]
+            done, rows = reclaimed
             outbox.owe(doc, done, rows, hook=False)
         self._deliver(rows, done)
         return True
@@ -518,6 +506,30 @@ def _changed_since_claim(doc: dict[str, Any], gate: HeldGate, owner: Owner) -> s
     if view.spec != gate.spec:
         return "edited"
     return None
+
+
+def reclaim_claim(doc: dict[str, Any], job: str, run_id: str, seen_owner: Owner | None, reason: str,
+                  now: datetime, processes_killed: int) -> tuple[Finished, list[Event]] | None:
+    """In `doc`: end a broken owner's claim as lost (it was dispatched) or not_started; its
+    finish and the rows to write, or None when the claim is gone or another owner holds it
+    now (fenced on the owner seen when it was judged broken). Both backends call this."""
+    current = find_claim(doc, job, run_id)
+    if current is None or not _held_by(current, seen_owner):
+        return None
+    dispatched = bool(current.get("dispatched"))
+    outcome = Outcome(
+        RunStatus.LOST if dispatched else RunStatus.NOT_STARTED,
+        "executor_lost_mid_run" if dispatched else "run_claimed_without_dispatch",
+        fault=Fault.PLATFORM,
+    )
+    done = claims_mod.finish(doc, job, run_id, None, outcome, now)
+    bump_counter(doc, "operator_release" if reason == "operator" else reason)
+    rows = [Event(AuditEvent.CLAIM_RECLAIMED, {
+        "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
+        "run_reason": outcome.reason, "processes_killed": processes_killed,
+        "owner_pid": seen_owner.pid if seen_owner is not None else None,
+    }), *done.events]
+    return done, rows
 
 
 def adopt_claims(doc: dict[str, Any], old: Owner, new: Owner, runs: dict[str, str]) -> int:

@@ -34,9 +34,9 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
     RunEnd,
     Unhold,
     _changed_since_claim,
-    _held_by,
     adopt_claims,
     rearm_wedged,
+    reclaim_claim,
     run_claim,
 )
 from cronctl.store.outbox import OwedHook, WriterAlive
@@ -193,22 +193,11 @@ class PgLeaseStore:
                 processes_killed: int) -> bool:
         """As `JsonLeaseStore.reclaim`: fenced on the owner seen when the run was judged broken."""
         with self._jobs([job], meta=True) as tx:
-            current = find_claim(tx.doc, job, run_id)
-            if current is None or not _held_by(current, seen_owner):
+            reclaimed = reclaim_claim(tx.doc, job, run_id, seen_owner, reason, self._now(tx, now), processes_killed)
+            if reclaimed is None:
                 return False
-            dispatched = bool(current.get("dispatched"))
-            outcome = Outcome(
-                RunStatus.LOST if dispatched else RunStatus.NOT_STARTED,
-                "executor_lost_mid_run" if dispatched else "run_claimed_without_dispatch",
-                fault=Fault.PLATFORM,
-            )
-            done = claims_mod.finish(tx.doc, job, run_id, None, outcome, self._now(tx, now))
-            bump_counter(tx.doc, "operator_release" if reason == "operator" else reason)
-            tx.events.extend([Event(AuditEvent.CLAIM_RECLAIMED, {
-                "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
-                "run_reason": outcome.reason, "processes_killed": processes_killed,
-                "owner_pid": seen_owner.pid if seen_owner is not None else None,
-            }), *done.events])
+            done, rows = reclaimed
+            tx.events.extend(rows)
             tx.keep_record(done.record)
         return True
 
