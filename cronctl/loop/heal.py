@@ -18,7 +18,6 @@ from cronctl.jobs.health import claim_problem, persisted_error_wedge
 from cronctl.jobs.state import JobView
 from cronctl.models import FAILED_STATUSES
 from cronctl.store.claims import Owner
-from cronctl.store.schema import bump_counter
 
 DEADLINE_SLACK = 120.0
 
@@ -44,10 +43,6 @@ class HealReport:
         return bool(self.reclaimed or self.deadline_terminated or self.rearmed)
 
 
-# The loop's takeover counters use it too (scheduler.py).
-bump = bump_counter
-
-
 def run_deadline(claim: dict[str, Any], spec_retries: int, retry_delay: float) -> float | None:
     """Seconds after the start by which any run must have ended (None: no timeout, no deadline)."""
     timeout = float(claim.get("timeout") or 0.0)
@@ -68,7 +63,7 @@ def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer,
     """
     report = HealReport()
     broken: list[tuple[str, str, dict[str, Any], str]] = []
-    for name, entry in _suspects(doc if doc is not None else ctx.store.read()):
+    for name, entry in suspects(doc if doc is not None else ctx.store.read()):
         view = JobView.from_entry(entry)
         for run_id, claim in list(view.claims.items()):
             problem = None if run_id in supervised else claim_problem(claim, live.owner_alive, live.lease_expired)
@@ -101,7 +96,7 @@ def _grace(claim: dict[str, Any]) -> float:
     return float(claim.get("kill_grace") or 0.0)
 
 
-def _suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Only jobs with a claim or a failed last run can need healing; the rest cost one dict lookup."""
     return [(name, entry) for name, entry in doc["jobs"].items()
             if entry["state"].get("claims") or entry["state"].get("last_status") in FAILED_STATUSES]
@@ -162,7 +157,7 @@ def dead_claims(doc: dict[str, Any], live: Liveness) -> list[tuple[str, str, str
     `doctor` reports (nothing heals them while no loop runs, and force-run of the job
     reclaims them first)."""
     found = []
-    for name, entry in _suspects(doc):
+    for name, entry in suspects(doc):
         for run_id, claim in (entry["state"].get("claims") or {}).items():
             problem = claim_problem(claim, live.owner_alive, live.lease_expired)
             if problem is not None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cronctl.context import Context
-from cronctl.loop.heal import bump
 from cronctl.loop.heartbeat import fresh_tick
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.store.locks import SchedulerLock, lock_holder
+from cronctl.store.schema import bump_counter
 from cronctl.store.statefiles import read_json, write_json_atomic
 from cronctl.timefmt import to_iso
 
@@ -131,6 +131,6 @@ class Leadership:
 
 def record_takeover(ctx: Context, takeover: Takeover, previous: dict[str, Any] | None) -> None:
     with ctx.store.transaction() as doc:
-        bump(doc, "takeover")
+        bump_counter(doc, "takeover")
     ctx.audit.append(AuditEvent.SCHEDULER_TAKEOVER, pid=os.getpid(), reason=takeover.reason,
                      previous_pid=(previous or {}).get("pid"), waited_s=round(takeover.waited_s, 3))

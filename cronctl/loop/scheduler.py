@@ -32,8 +32,7 @@ from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
-from cronctl.loop.heal import HealReport, Liveness, bump, heal_pass
-from cronctl.loop.heal import _suspects as heal_suspects
+from cronctl.loop.heal import HealReport, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
@@ -44,6 +43,7 @@ from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import Owner
 from cronctl.store.locks import SchedulerLock, lock_holder
+from cronctl.store.schema import bump_counter
 from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
 
@@ -319,7 +319,7 @@ class Scheduler:
         with self.tick_lock:
             adopted = self.engine.adopt(self._owner(gen_id))
             with self.ctx.store.transaction() as doc:
-                bump(doc, "generation_restarted")
+                bump_counter(doc, "generation_restarted")
         self.ctx.audit.append(AuditEvent.SCHEDULER_GENERATION_RESTARTED, pid=os.getpid(), previous=dead.id,
                               generation=gen_id, reason=why, adopted_runs=adopted)
         print(f"cronctl: warning: {why}; restarted as generation {gen_id}", file=sys.stderr)
@@ -395,7 +395,7 @@ class Scheduler:
         doc = self.engine.doc
         if doc is not self._heal_source:
             self._heal_source = doc
-            self._heal_doc = {**doc, "jobs": dict(heal_suspects(doc))}
+            self._heal_doc = {**doc, "jobs": dict(suspects(doc))}
         return self._heal_doc
 
     # --- what the loop tells: heartbeat, service manager, HTTP ----------------------------------
