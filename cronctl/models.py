@@ -100,6 +100,8 @@ class AuditEvent(StrEnum):
     CHAIN_STARTED = "chain.started"
     CHAIN_TRIGGERED = "chain.triggered"
     CHAIN_FINISHED = "chain.finished"
+    CLUSTER_CLOCK_SKEW = "cluster.clock_skew"
+    CLUSTER_STORE_OUTAGE = "cluster.store_outage"
 
 
 # Fields whose YAML/store value is a duration string; in memory they are seconds.

@@ -160,6 +160,16 @@ def stop(data_dir: Path) -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def restart(server: Server, mode: str = "fast", down_s: float = 0.0) -> None:
+    """Stop the server (`fast` or `immediate`: a crash), stay down `down_s`, start it again on its port."""
+    bindir, user = find_bindir(), _run_as()
+    _check([str(bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(server.data_dir)], user, "pg_ctl stop")
+    time.sleep(down_s)
+    options = " ".join((f"-p {server.port}", f"-k {server.data_dir}", *SERVER_SETTINGS, *NO_FLUSH_SETTINGS))
+    _check([str(bindir / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(server.data_dir),
+            "-l", str(server.data_dir / "server.log"), "-o", options], user, "pg_ctl start")
+
+
 def must_fail_without_server(env: dict[str, str] | os._Environ[str]) -> bool:
     """Under CI=true a missing server fails the PostgreSQL tests: CI must not pass by skipping them."""
     return env.get("CI", "").lower() == "true"

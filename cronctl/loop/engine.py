@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from cronctl.context import Context
 from cronctl.jobs.state import JobView
@@ -41,6 +41,22 @@ LOG_CAP = 1_000_000
 # =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched;
 # =after_finish right after a run's end (and its chain's triggers) is written, before the next claim.
 CRASH_ENV = "CRONCTL_FAULT_LOOP_CRASH"
+
+
+class DueSource(Protocol):
+    """Where the engine learns what is next: `DueIndex` (the JSON document) or, on
+    PostgreSQL, `loop.cluster.ClusterDueIndex` (the database, fed by each beat)."""
+
+    next_due: datetime | None
+    next_ahead: datetime | None
+    ahead_count: int
+
+    def refresh(self) -> None: ...
+
+    def invalidate(self) -> None: ...
+
+    @property
+    def doc(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -74,7 +90,7 @@ class _Pending:
 
 class Engine:
     def __init__(self, ctx: Context, supervisor: Supervisor, owner: Owner, options: EngineOptions | None = None,
-                 wake: threading.Event | None = None) -> None:
+                 wake: threading.Event | None = None, due: DueSource | None = None) -> None:
         self.ctx = ctx
         self.supervisor = supervisor
         self.owner = owner
@@ -84,7 +100,12 @@ class Engine:
         self.on_failure_runs: set[str] = set()
         self.finished_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending = _Pending()
-        self.due = DueIndex(ctx.store)
+        # The next instants to act at: from the JSON document, or (loop/cluster.py) from PostgreSQL.
+        self.due: DueSource = due or DueIndex(ctx.store)
+        # When each supervised run's lease was last granted (monotonic), and the runs this
+        # loop ended itself because it could not renew them (fence_expiring).
+        self._leased_at: dict[str, float] = {}
+        self._self_fenced: set[str] = set()
         self.held: dict[str, HeldRun] = {}
         # Runs handed back before their gate opened: their not_started result is no news.
         self._discarded: set[str] = set()
@@ -304,6 +325,7 @@ class Engine:
     def _discard(self, run_id: str) -> None:
         self.held.pop(run_id, None)
         self.active.pop(run_id, None)
+        self._leased_at.pop(run_id, None)
         self._discarded.add(run_id)
         self.supervisor.cancel_gate(run_id)
 
@@ -381,6 +403,7 @@ class Engine:
             return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
                                             str(log_path))
+        self._leased_at[new.run_id] = self.ctx.clock.monotonic()  # claimed just before, with its lease
         spawned.append(Dispatched(new.job, new.run_id, child.pid, child.start_time, self.ctx.clock.monotonic()))
 
     # --- results -------------------------------------------------------------------
@@ -419,6 +442,8 @@ class Engine:
         for result in results:
             self.active.pop(result.run_id, None)
             self.held.pop(result.run_id, None)
+            self._leased_at.pop(result.run_id, None)
+            self._self_fenced.discard(result.run_id)
         for run, done in zip(runs, finished, strict=True):
             self._after_finish(run, done)
         return len(results)
@@ -495,10 +520,30 @@ class Engine:
         if not self.active or (not force and mono - self._last_renew < self.options.renew_every):
             return
         self._last_renew = mono
-        lost = self.ctx.leases.renew(self.owner, {r: a.job for r, a in self.active.items()}, self.lease())
+        runs = {r: a.job for r, a in self.active.items()}
+        lost = self.ctx.leases.renew(self.owner, runs, self.lease())
+        self._leased_at.update(dict.fromkeys(runs, mono))
         for run_id in lost:
             # Someone (an operator's resume, a healer) took the claim away: stop the work we no longer own.
             self.supervisor.kill(run_id, "claim_released")
+
+    def fence_expiring(self, before_s: float = 1.0) -> list[str]:
+        """Self-fence (SPEC §9): the store cannot be reached to renew, so end every run whose
+        lease runs out within `before_s`, before another loop may reclaim it and run its job
+        again. A run still at its gate is cancelled there: nothing of it ran."""
+        mono = self.ctx.clock.monotonic()
+        expiring = [run_id for run_id in self.active if run_id not in self._self_fenced
+                    and mono - self._leased_at.get(run_id, mono) >= self.options.lease - before_s]
+        for run_id in expiring:
+            self._self_fenced.add(run_id)
+            if run_id in self.held and not self.held[run_id].released:
+                self.supervisor.cancel_gate(run_id)
+            else:
+                self.supervisor.kill(run_id, "self_fenced")
+            run = self.active[run_id]
+            print(f"cronctl: warning: run {run_id} of {run.job} ended: its lease could not be renewed "
+                  "(self-fence)", file=sys.stderr, flush=True)
+        return expiring
 
     def adopt(self, new_owner: Owner) -> int:
         """A new generation takes over the runs this process still supervises."""
@@ -526,14 +571,14 @@ class Engine:
 
 def build_engine(ctx: Context, owner: Owner, options: EngineOptions | None = None,
                  wake: threading.Event | None = None, subreaper: bool = False,
-                 make_supervisor: Callable[..., Supervisor] = Supervisor) -> Engine:
+                 make_supervisor: Callable[..., Supervisor] = Supervisor, due: DueSource | None = None) -> Engine:
     """The one place that wires an engine and its supervisor: the supervisor hands every
     result to the engine (on its own thread), the engine drives the supervisor. The
     supervisor is not started: the caller starts it and shuts it down. `make_supervisor`
     takes the Supervisor's keyword arguments (tests pass one that does not fork)."""
     engines: list[Engine] = []  # the engine needs its supervisor, the supervisor its result callback
     supervisor = make_supervisor(on_result=lambda result: engines[0].on_result(result), subreaper=subreaper)
-    engine = Engine(ctx, supervisor, owner, options, wake)
+    engine = Engine(ctx, supervisor, owner, options, wake, due)
     engines.append(engine)
     return engine
 

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from cronctl.clock import Clock
 from cronctl.context import Context
@@ -32,7 +32,7 @@ from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
-from cronctl.loop.heal import HealReport, Liveness, heal_pass, suspects
+from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
@@ -43,9 +43,11 @@ from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import Owner
 from cronctl.store.locks import SchedulerLock, lock_holder
-from cronctl.store.schema import bump_counter
 from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
+
+if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
+    from cronctl.loop.cluster import ClusterMember
 
 WATCHDOG_PERIOD = 0.5
 # While a dropped job's run goes on, the watched file is applied again when a run ends, and at
@@ -131,6 +133,7 @@ class Scheduler:
         self.supervisor: Supervisor | None = None
         self.engine: Engine | None = None
         self.takeover: Takeover | None = None
+        self.cluster: ClusterMember | None = None  # on PostgreSQL: this loop among the others
         self._heal_source: dict[str, Any] | None = None
         self._heal_doc: dict[str, Any] = {}
         self.hooks = hooks or LoopHooks()
@@ -156,6 +159,10 @@ class Scheduler:
 
     def _run(self) -> int:
         previous = read_json(self.ctx.paths.heartbeat)
+        if self.ctx.on_postgres and self.options.standby:
+            # SPEC §9: on PostgreSQL every loop claims and the database arbitrates; nothing to wait for.
+            self._say("cronctl: --standby is a JSON-store feature; on PostgreSQL every loop is active")
+            self.options.standby = False
         leading = self._lock_or_standby()
         try:
             self._start_endpoint()  # after the lock: a second loop is told about the first, not the port
@@ -198,7 +205,10 @@ class Scheduler:
     def _check_before_announcing(self) -> None:
         """Fail before the `scheduler.started` row and the first heartbeat, so that a loop that
         could not start never looks like one that started and crashed."""
-        self.ctx.store.read()  # a corrupt store: StoreCorruptError, its message names the file and the fix
+        if self.ctx.on_postgres:
+            self.ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
+        else:
+            self.ctx.store.read()  # a corrupt store: StoreCorruptError, its message names the file and the fix
         self.heartbeat.prepare()  # the home is writable (and the tick record of a full disk exists)
 
     def _lead(self, previous: dict[str, Any] | None) -> int:
@@ -206,11 +216,13 @@ class Scheduler:
         if self.options.file is not None:
             self._apply_file(initial=True)
         gen_id = self._new_generation_id()
+        self.cluster = self._join_cluster()
         self.engine = build_engine(self.ctx, self._owner(gen_id),
                                    EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
                                                  # --once fires what is due now, never a slot still ahead
                                                  prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
-                                   wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory)
+                                   wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory,
+                                   due=self.cluster.due if self.cluster else None)
         self.supervisor = self.engine.supervisor
         self.supervisor.start()
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
@@ -233,6 +245,22 @@ class Scheduler:
         finally:
             self._stop()
         return 0
+
+    def _join_cluster(self) -> ClusterMember | None:
+        """On PostgreSQL: this loop's row among the others (loop/cluster.py); None on the JSON store."""
+        if not self.ctx.on_postgres:
+            return None
+        from cronctl.loop.cluster import ClusterMember
+        from cronctl.store.pg.identity import host_id
+        from cronctl.store.pg.leases import PgLeaseStore
+
+        leases = self.ctx.leases
+        assert isinstance(leases, PgLeaseStore)
+        start = self.identity.start_time if self.identity else 0.0
+        member = ClusterMember(leases, self.ctx.clock, host_id(), self.boot, os.getpid(), start,
+                               str(self.ctx.paths.home), say=self._say)
+        member.register()
+        return member
 
     def _watch(self) -> None:
         period = min(WATCHDOG_PERIOD, self.service.watch_period or WATCHDOG_PERIOD)
@@ -258,6 +286,8 @@ class Scheduler:
         assert self.engine is not None
         with self.tick_lock:
             stopped = self.engine.shutdown()
+        if self.cluster is not None:
+            self.cluster.stop()
         self._write_heartbeat(stopped_cleanly=True)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
                               generation=gen.id if gen else None, runs_stopped=stopped, reason="signal")
@@ -318,8 +348,7 @@ class Scheduler:
         gen_id = self._new_generation_id()
         with self.tick_lock:
             adopted = self.engine.adopt(self._owner(gen_id))
-            with self.ctx.store.transaction() as doc:
-                bump_counter(doc, "generation_restarted")
+            self.ctx.leases.bump("generation_restarted")
         self.ctx.audit.append(AuditEvent.SCHEDULER_GENERATION_RESTARTED, pid=os.getpid(), previous=dead.id,
                               generation=gen_id, reason=why, adopted_runs=adopted)
         print(f"cronctl: warning: {why}; restarted as generation {gen_id}", file=sys.stderr)
@@ -352,11 +381,30 @@ class Scheduler:
     def _tick(self) -> float:
         assert self.engine is not None
         self.ticks += 1
+        if self.cluster is not None:
+            return self._cluster_tick(self.cluster)
         if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
             self._heal()
         control.serve(self.ctx.paths, self.engine)
         report = self.engine.tick()
         return report.sleep_hint
+
+    def _cluster_tick(self, cluster: ClusterMember) -> float:
+        """On PostgreSQL: one beat, then heal and serve only when it says so, then the engine's tick.
+
+        While the database is out of reach nothing is claimed or written: results wait in
+        the engine's queue, and runs whose lease would run out are ended (self-fence).
+        """
+        assert self.engine is not None
+        if not cluster.beat():
+            self.engine.fence_expiring()
+            return 0.5
+        if cluster.needs_healing:
+            self._heal()
+            cluster.healed()
+        cluster.serve_requests(self.engine)
+        control.serve(self.ctx.paths, self.engine)  # requests of this host's commands, as on the JSON store
+        return self.engine.tick().sleep_hint
 
     def _once_done(self) -> bool:
         return self.engine is not None and self.ticks >= 1 and not self.engine.active
@@ -375,15 +423,34 @@ class Scheduler:
         assert self.engine is not None
         clock = self.ctx.clock
         self._last_heal = clock.monotonic()
-        live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
-                        monotonic=clock.monotonic)
-        report = heal_pass(self.ctx, clock.now(), live, kill_run_processes,
-                           supervised=self.engine.active.keys(), doc=self._heal_view())
+        if self.cluster is not None:
+            doc = self.cluster.leases.suspects()
+            report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
+                               supervised=self.engine.active.keys(), doc=doc)
+        else:
+            live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
+                            monotonic=clock.monotonic)
+            report = heal_pass(self.ctx, clock.now(), live, kill_run_processes,
+                               supervised=self.engine.active.keys(), doc=self._heal_view())
         for _job, run_id in report.deadline_terminated:
             self.engine.active.pop(run_id, None)
         if report.anything:
             self.wake.set()
         return report
+
+    def _local_killer(self, doc: dict[str, Any]) -> Killer:
+        """Kill the processes of a run only on its own host: another host's pid means nothing here
+        (that host's loop self-fences its runs before their leases can run out)."""
+        assert self.cluster is not None
+        here = self.cluster.me.host_id
+        foreign = {run_id for entry in doc["jobs"].values()
+                   for run_id, claim in (entry["state"].get("claims") or {}).items()
+                   if (claim.get("owner") or {}).get("host", here) != here}
+
+        def kill(run_id: str, child: dict[str, Any] | None, grace: float) -> int:
+            return 0 if run_id in foreign else kill_run_processes(run_id, child, grace)
+
+        return kill
 
     def _heal_view(self) -> dict[str, Any]:
         """The engine's cached document cut down to the jobs heal_pass looks at.
@@ -417,7 +484,10 @@ class Scheduler:
 
     def service_status(self) -> str:
         """The one STATUS= line: jobs, running, and when the last tick completed."""
-        jobs = len(self.engine.doc.get("jobs") or {}) if self.engine else 0
+        if self.cluster is not None:
+            jobs = self.cluster.due.job_count
+        else:
+            jobs = len(self.engine.doc.get("jobs") or {}) if self.engine else 0
         running = len(self.engine.active) if self.engine else 0
         clock, gen = self.ctx.clock, self.generation
         ago = clock.monotonic() - gen.last_beat if gen is not None else 0.0

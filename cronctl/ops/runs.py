@@ -211,8 +211,6 @@ def _kill_here(ctx: Context, claim: RunClaim) -> bool:
 
 def run_loop(ctx: Context, options: LoopOptions) -> int:
     """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks."""
-    if ctx.on_postgres:  # before the loop writes a row or a heartbeat anywhere
-        ctx.store.read()  # RefusingStore: says which store and what works on it, exit 1
     # Imported here: the loop's modules are needed by `run` alone, not by history or logs.
     from cronctl.loop.scheduler import FileApplied, LoopHooks, Scheduler
     from cronctl.ops.definitions import apply_file

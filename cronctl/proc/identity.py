@@ -97,11 +97,19 @@ _boot_id: str | None = None
 
 
 def boot_id() -> str:
-    """This boot's id; read once, since it cannot change while this process lives."""
+    """This boot's id; read once, since it cannot change while this process lives.
+
+    $CRONCTL_BOOT_ID overrides it (SPEC §9: containers, tests that play several hosts on
+    one machine), so every owner check of this process agrees with what it records.
+    """
     global _boot_id
     if _boot_id is None:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            _boot_id = f.read().strip()
+        override = os.environ.get("CRONCTL_BOOT_ID", "").strip()
+        if override:
+            _boot_id = override
+        else:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                _boot_id = f.read().strip()
     return _boot_id
 
 

@@ -52,10 +52,15 @@ class PgSession:
         self.lock = threading.RLock()  # whoever uses the connection holds it for a whole transaction
 
     def conn(self) -> Connection:
-        if self._conn is None:
+        """The connection, opened again when the last one broke (a restarted database, a
+        terminated backend): a loop outlives those; StoreUnreachableError while it cannot."""
+        if self._conn is None or self._conn.broken or self._conn.closed:
             from cronctl.store.pg.connect import connect
             from cronctl.store.pg.schema import ensure_schema
 
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
             conn = connect(self.url)
             ensure_schema(conn)
             self._conn = conn
@@ -67,7 +72,8 @@ def open_pg_lease_store(session: PgSession, paths: Paths, clock: Clock) -> PgLea
     from cronctl.store.pg.identity import host_id
     from cronctl.store.pg.leases import PgLeaseStore
 
-    return PgLeaseStore(session.conn(), host_id(), clock=clock, paths=paths, lock=session.lock)
+    return PgLeaseStore(session.conn(), host_id(), clock=clock, paths=paths, lock=session.lock,
+                        connect_again=session.conn)
 
 
 class PgAuditLog(AuditLog):

@@ -244,9 +244,15 @@ def ahead_fire(entry: dict[str, Any]) -> datetime | None:
     """
     state = entry["state"]
     if state.get("claims") or state.get("retry") or state.get("completed") or state.get("paused") \
-            or entry.get("paused") or not state.get("next_run_at"):
+            or entry.get("paused"):
         return None
-    slot = from_iso(state["next_run_at"])
+    return slot_fire(entry)
+
+
+def slot_fire(entry: dict[str, Any]) -> datetime | None:
+    """When the job's next slot fires: the slot plus its jitter; None when it has none left."""
+    state = entry["state"]
+    slot = from_iso(state.get("next_run_at"))
     if slot is None:
         return None
     jitter = entry.get("jitter")

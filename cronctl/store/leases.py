@@ -150,6 +150,8 @@ class LeaseStore(Protocol):
 
     def rearm(self, job: str, now: datetime) -> bool: ...
 
+    def bump(self, counter: str) -> None: ...
+
     def has_job(self, job: str) -> bool: ...
 
     def jobs(self) -> list[JobView]: ...
@@ -369,6 +371,11 @@ class JsonLeaseStore:
             return False
         self._write([event])
         return True
+
+    def bump(self, counter: str) -> None:
+        """One more of a recovery counter (`status` shows them)."""
+        with self._tx() as doc:
+            bump_counter(doc, counter)
 
     # --- read views ------------------------------------------------------------------------------
 

@@ -96,9 +96,11 @@ def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | 
                         params).fetchall()
     jobs: dict[str, Any] = {name: {**spec, "state": dict(state)} for name, spec, state in rows}
     if jobs:
-        for job, run_id, claim in conn.execute(
-                "SELECT job, run_id, claim FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
+        for job, run_id, claim, host in conn.execute(
+                "SELECT job, run_id, claim, host_id FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
                 " AND claim IS NOT NULL ORDER BY fence", (list(jobs), _LIVE_STATES)):
+            if isinstance(claim.get("owner"), dict):
+                claim["owner"]["host"] = host  # whose pid it is: judged here only on its own host
             jobs[job]["state"].setdefault("claims", {})[run_id] = claim
     return jobs
 
@@ -135,7 +137,7 @@ def _save_jobs(tx: DocTransaction) -> None:
         tx.conn.execute(
             "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
             " updated_at = clock_timestamp() WHERE name = %s",
-            (Jsonb(state), from_iso(state.get("next_run_at")), wake_at(state),
+            (Jsonb(state), from_iso(state.get("next_run_at")), wake_at({**entry, "state": state}),
              bool(entry.get("paused") or state.get("paused")), name))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from cronctl.models import AuditEvent, JobSpec
+from cronctl.store import claims as claims_mod
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import from_iso, to_iso
@@ -53,14 +54,22 @@ def put_entry(conn: Connection, entry: dict[str, Any]) -> None:
                spec_version = cronctl_jobs.spec_version + 1, updated_at = clock_timestamp()""",
         {"name": spec.name, "spec": Jsonb(spec.to_dict()), "overlap": spec.overlap.value,
          "paused": bool(spec.paused or state.get("paused")), "next": from_iso(state.get("next_run_at")),
-         "wake": wake_at(state), "state": Jsonb(state)})
+         "wake": wake_at({**entry, "state": state}), "state": Jsonb(state)})
 
 
-def wake_at(state: dict[str, Any]) -> datetime | None:
-    """The earliest instant the job has something due: its next slot or its pending retry."""
-    due = [when for when in (from_iso(state.get("next_run_at")), from_iso((state.get("retry") or {}).get("due_at")))
-           if when is not None]
-    return min(due) if due else None
+def wake_at(entry: dict[str, Any]) -> datetime | None:
+    """The earliest instant the job has something due: its pending retry, or its next slot
+    where it really fires (plus its jitter); None when nothing is left to fire.
+
+    Exact, as the JSON loop's `DueIndex` computes it: a loop wakes at this instant and
+    finds the claim to make, never a slot still held back by its jitter.
+    """
+    state = entry["state"]
+    due = [from_iso((state.get("retry") or {}).get("due_at"))]
+    if not state.get("completed"):
+        due.append(claims_mod.slot_fire(entry))
+    found = [when for when in due if when is not None]
+    return min(found) if found else None
 
 
 def set_paused(conn: Connection, name: str, paused: bool, now: datetime) -> bool:

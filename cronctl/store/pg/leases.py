@@ -14,7 +14,7 @@ clock by its distance from the caller's clock, so hosts' clocks do not matter (M
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal
@@ -22,7 +22,7 @@ from typing import Any, Literal
 from cronctl.clock import Clock, SystemClock
 from cronctl.errors import StoreError
 from cronctl.jobs.state import JobView, get_entry
-from cronctl.models import AuditEvent, Fault, RunStatus
+from cronctl.models import FAILED_STATUSES, AuditEvent, Fault, RunStatus
 from cronctl.paths import Paths
 from cronctl.store import claims as claims_mod
 from cronctl.store import history
@@ -42,6 +42,7 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
 from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
+from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.schema import bump_counter, find_claim
 
 JudgeBy = Literal["database", "caller"]
@@ -57,8 +58,12 @@ class PgLeaseStore:
 
     def __init__(self, conn: Connection, host_id: str, *, judge_by: JudgeBy = "database",
                  clock: Clock | None = None, paths: Paths | None = None,
-                 lock: threading.RLock | None = None) -> None:
-        self.conn = conn
+                 lock: threading.RLock | None = None,
+                 connect_again: Callable[[], Connection] | None = None) -> None:
+        self._conn = conn
+        # A loop outlives database restarts: a connection found broken is replaced by this
+        # (the session's reconnect) on the next call; without it the error stays the caller's.
+        self._connect_again = connect_again
         # One transaction at a time on the connection: the loop's threads share this store, and
         # a second thread's `transaction()` would otherwise nest inside the first one's.
         self.lock = lock or threading.RLock()
@@ -66,6 +71,12 @@ class PgLeaseStore:
         self.judge_by = judge_by
         self.clock = clock or SystemClock()
         self.paths = paths  # where this host keeps run logs (pruned after a finish); None: none here
+
+    @property
+    def conn(self) -> Connection:
+        if self._connect_again is not None and (self._conn.broken or self._conn.closed):
+            self._conn = self._connect_again()
+        return self._conn
 
     # --- claim ---------------------------------------------------------------------------
 
@@ -237,6 +248,11 @@ class PgLeaseStore:
             tx.events.append(event)
         return True
 
+    def bump(self, counter: str) -> None:
+        """One more of a recovery counter, in this host's counters row."""
+        with self._tx("false", {}, meta=True) as tx:
+            bump_counter(tx.doc, counter)
+
     # --- read views ------------------------------------------------------------------------------
 
     def has_job(self, job: str) -> bool:
@@ -252,6 +268,15 @@ class PgLeaseStore:
         with self._read():
             entries = load_jobs(self.conn, "name = %(name)s", {"name": name}, lock=None)
         return JobView.from_entry(get_entry({"jobs": entries}, name))
+
+    def suspects(self) -> dict[str, Any]:
+        """The jobs the healer looks at (a live run, or a failed last run), as a document."""
+        with self._read():
+            jobs = load_jobs(self.conn, "name IN (SELECT job FROM cronctl_runs WHERE state = ANY(%(live)s))"
+                             " OR state ->> 'last_status' = ANY(%(failed)s)",
+                             {"live": list(LIVE_STATES), "failed": sorted(str(s.value) for s in FAILED_STATUSES)},
+                             lock=None)
+        return {"jobs": jobs}
 
     def counters(self) -> dict[str, int]:
         """Every host's counters added up (and those an import brought)."""

@@ -130,7 +130,11 @@ _V2 = (
     "CREATE INDEX cronctl_jobs_wake ON cronctl_jobs (wake_at) WHERE NOT paused AND wake_at IS NOT NULL",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# V3: the leaderless loop (store/pg/loops.py, loop/cluster.py) records its measured skew to
+# the database clock and the home it runs in, which `status` shows.
+_V3 = ("ALTER TABLE cronctl_loops ADD COLUMN skew_s double precision, ADD COLUMN home text",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (

@@ -1,0 +1,260 @@
+"""The loop's side of a PostgreSQL store (SPEC §9): one member of a leaderless cluster.
+
+Every loop claims; the database arbitrates (store/pg/leases.py). What is left to the loop
+is being a good member, and this module is that:
+
+- its row in `cronctl_loops`, registered at start and marked stopped at the end;
+- one `beat` per tick, the whole idle cost: heartbeat, skew, the next due instants (fed
+  to `ClusterDueIndex`, which the engine reads as the JSON loop's `DueIndex`), and
+  whether requests or the healer need it;
+- outages: when the database cannot be reached the loop stops claiming, keeps
+  supervising, retries with capped backoff, says so once on stderr, and audits the
+  outage when it ends; runs whose lease it could not renew are killed before it
+  expires (the engine's `fence_expiring`);
+- the healer's view across hosts (`cluster_liveness`): a pid is judged only on its own
+  host and boot; another host's run only by its lease on the database clock plus a margin;
+- kill and force-run requests left in `cronctl_requests` by commands on any host.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from cronctl.clock import Clock
+from cronctl.errors import CronctlError
+from cronctl.loop.heal import Liveness
+from cronctl.models import AuditEvent
+from cronctl.proc.identity import ProcIdentity, is_alive
+from cronctl.store.pg import loops, requests
+from cronctl.store.pg.claims import LoopIdentity
+from cronctl.store.pg.connect import StoreUnreachableError
+from cronctl.store.pg.dbclock import SKEW_AUDIT_THRESHOLD_S
+from cronctl.store.pg.leases import PgLeaseStore
+from cronctl.timefmt import from_iso
+
+if TYPE_CHECKING:
+    from cronctl.loop.engine import Engine
+
+# SPEC §9: another host's run is reclaimed once its lease ended this long ago (database clock).
+LEASE_MARGIN_S = 5.0
+# The healer's full sweep (re-arming failed jobs) when no beat flagged anything.
+SWEEP_EVERY_S = 10.0
+# Retries after a failed beat: 0.1 s doubling to this cap, so a database that is back is
+# seen within it (SPEC §9: a loop reconnects within 5 s).
+BACKOFF_CAP_S = 2.0
+OUTAGE_ERRORS = (psycopg.Error, StoreUnreachableError)
+
+
+class ClusterDueIndex:
+    """The engine's `DueIndex` on PostgreSQL: the instants come from the database.
+
+    Each beat feeds them; after the loop's own write (`invalidate`) the next `refresh`
+    asks again. Nothing is ever pending here (the outbox is the JSON store's), so `doc`
+    is an empty document.
+    """
+
+    def __init__(self, leases: PgLeaseStore) -> None:
+        self.leases = leases
+        self.next_due: datetime | None = None
+        self.next_ahead: datetime | None = None
+        self.ahead_count = 0
+        self.job_count = 0
+        self.doc: dict[str, Any] = {"jobs": {}}
+        self._stale = True
+
+    def feed(self, beat: loops.Beat) -> None:
+        self.next_due, self.next_ahead, self.ahead_count = beat.next_due, beat.next_ahead, beat.ahead_count
+        self._stale = False
+
+    def refresh(self) -> None:
+        if not self._stale:
+            return
+        with self.leases.lock:
+            self.next_due, self.next_ahead, self.ahead_count, self.job_count = loops.next_instants(self.leases.conn)
+        self._stale = False
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+
+def cluster_liveness(host: str, boot: str, db_now: Callable[[], datetime], monotonic: Callable[[], float],
+                     margin_s: float = LEASE_MARGIN_S) -> Liveness:
+    """Owners and leases judged across hosts: a pid only on its own host and boot (an owner of
+    this host from an earlier boot is dead); every lease on the database clock, plus the margin."""
+
+    def owner_alive(owner: dict[str, Any]) -> bool:
+        if owner.get("host", host) != host:
+            return True  # its lease says whether it is gone
+        if owner.get("boot_id") != boot or not owner.get("pid"):
+            return False
+        return is_alive(ProcIdentity(int(owner["pid"]), float(owner.get("start_time") or 0.0)))
+
+    def lease_expired(claim: dict[str, Any]) -> bool:
+        until = from_iso(claim.get("lease_until"))
+        return until is None or until + timedelta(seconds=margin_s) < db_now()
+
+    return Liveness(owner_alive=owner_alive, lease_expired=lease_expired, monotonic=monotonic)
+
+
+@dataclass
+class Outage:
+    """The database is out of reach: since when, and when to try again."""
+
+    since_mono: float
+    error: str
+    retry_at: float
+    delay: float
+
+
+class ClusterMember:
+    """This loop in the cluster (see the module doc). Used on the tick thread only."""
+
+    def __init__(self, leases: PgLeaseStore, clock: Clock, host: str, boot: str, pid: int, pid_start: float,
+                 home: str, say: Callable[[str], None] = lambda message: None) -> None:
+        self.leases = leases
+        self.clock = clock
+        self.me = LoopIdentity(uuid.uuid4(), host, boot, pid, pid_start)
+        self.home = home
+        self.due = ClusterDueIndex(leases)
+        self.skew_s = 0.0
+        self.outage: Outage | None = None
+        self.needs_healing = True  # the first tick sweeps
+        self.requests_waiting = False
+        self._last_sweep = clock.monotonic()
+        self._skew_audited = False
+        self._say = say
+
+    # --- life --------------------------------------------------------------------------
+
+    def register(self) -> None:
+        with self.leases.lock:
+            loops.register(self.leases.conn, self.me, self.home)
+
+    def stop(self) -> None:
+        try:
+            with self.leases.lock:
+                loops.mark_stopped(self.leases.conn, self.me)
+        except OUTAGE_ERRORS as exc:  # its heartbeat ages: `status` shows it unreachable, then forgets it
+            print(f"cronctl: could not mark this loop stopped in the store: {exc}", file=sys.stderr)
+
+    def db_now(self) -> datetime:
+        """The database's clock as this loop knows it (local time plus the measured skew)."""
+        return self.clock.now() + timedelta(seconds=self.skew_s)
+
+    def liveness(self) -> Liveness:
+        return cluster_liveness(self.me.host_id, self.me.boot_id, self.db_now, self.clock.monotonic)
+
+    # --- the beat ------------------------------------------------------------------------
+
+    def beat(self) -> bool:
+        """One tick's query. False while the database is out of reach (the tick claims nothing)."""
+        mono = self.clock.monotonic()
+        if self.outage is not None and mono < self.outage.retry_at:
+            return False
+        wall_before = self.clock.now()
+        try:
+            with self.leases.lock:
+                beat = loops.beat(self.leases.conn, self.me, self.skew_s, LEASE_MARGIN_S)
+                if not beat.registered:
+                    loops.register(self.leases.conn, self.me, self.home)
+        except OUTAGE_ERRORS as exc:
+            self._lost(mono, exc)
+            return False
+        round_trip = self.clock.monotonic() - mono
+        self._measured(beat.db_now, wall_before + timedelta(seconds=round_trip / 2), round_trip)
+        self._back(mono)
+        self.due.feed(beat)
+        self.requests_waiting = beat.requests_waiting
+        self.needs_healing = self.needs_healing or beat.needs_healing
+        if mono - self._last_sweep >= SWEEP_EVERY_S:
+            self.needs_healing = True
+        return True
+
+    def healed(self) -> None:
+        self.needs_healing = False
+        self._last_sweep = self.clock.monotonic()
+
+    def _measured(self, db_now: datetime, local_mid: datetime, round_trip: float) -> None:
+        self.skew_s = (db_now - local_mid).total_seconds()
+        over = abs(self.skew_s) > SKEW_AUDIT_THRESHOLD_S
+        if over and not self._skew_audited:
+            with self.leases.lock:
+                loops.audit_skew(self.leases.conn, self.me, self.skew_s, round_trip)
+            print(f"cronctl: warning: this host's clock is {self.skew_s:+.1f}s off the database's; "
+                  "due times and leases follow the database", file=sys.stderr)
+        self._skew_audited = over
+
+    def _lost(self, mono: float, exc: BaseException) -> None:
+        words = _words(exc)
+        if self.outage is None:
+            self.outage = Outage(mono, words, mono, 0.1)
+            print(f"cronctl: warning: the PostgreSQL store is out of reach ({words}); the loop keeps supervising "
+                  "its runs, claims nothing, and retries", file=sys.stderr, flush=True)
+        else:
+            self.outage.error = words
+            self.outage.delay = min(BACKOFF_CAP_S, self.outage.delay * 2)
+        self.outage.retry_at = mono + self.outage.delay
+
+    def _back(self, mono: float) -> None:
+        if self.outage is None:
+            return
+        lasted = mono - self.outage.since_mono
+        error = self.outage.error
+        self.outage = None
+        self.needs_healing = True
+        self.due.invalidate()
+        self._say(f"cronctl: the PostgreSQL store is reachable again after {lasted:.1f}s")
+        self._audit(AuditEvent.CLUSTER_STORE_OUTAGE, unreachable_s=round(lasted, 3), error=error)
+
+    def _audit(self, event: AuditEvent, **details: Any) -> None:
+        from cronctl.store.pg.audit import AuditRow, write_audit
+        from cronctl.store.pg.transaction import short_transaction
+
+        with self.leases.lock, short_transaction(self.leases.conn):
+            write_audit(self.leases.conn, [AuditRow(event, details={"pid": self.me.pid, **details})],
+                        self.me.loop_id, self.me.host_id)
+
+    # --- requests --------------------------------------------------------------------------
+
+    def serve_requests(self, engine: Engine) -> int:
+        """Take the requests this loop may serve and answer each (within a tick of the beat)."""
+        if not self.requests_waiting:
+            return 0
+        with self.leases.lock:
+            taken = requests.take(self.leases.conn, self.me.host_id, self.me.loop_id)
+        for request in taken:
+            outcome = _serve(engine, request)
+            with self.leases.lock:
+                requests.answer(self.leases.conn, request.id, outcome)
+        self.requests_waiting = False
+        return len(taken)
+
+
+def _serve(engine: Engine, request: requests.Request) -> str:
+    """The outcome text the asking command shows: `started RUN_ID`, `skipped: ...`, `killed RUN_ID`."""
+    try:
+        if request.kind == requests.FORCE_RUN:
+            batch = engine.force(request.job)
+            if not batch.claims:
+                return f"skipped: job '{request.job}' is running and its overlap is skip"
+            return f"started {batch.claims[0].run_id}"
+        if request.run_id and engine.supervisor.kill(request.run_id, "operator"):
+            return f"killed {request.run_id}"
+        return f"not running here: {request.run_id}"
+    except CronctlError as exc:
+        return f"refused: {exc}"
+    except Exception as exc:  # answered all the same: the asking command must not wait out its timeout
+        print(f"cronctl: error serving a {request.kind} request: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return f"refused: the loop could not serve it: {type(exc).__name__}: {exc}"
+
+
+def _words(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,154 @@
+"""Leaderless loops on one PostgreSQL store, each playing a host (SPEC §9), driven as a user would.
+
+Every loop claims; these tests check what the database arbitrated: each slot ran once,
+a dead host's run is reclaimed once its lease ran out (and a dead owner on the same host
+within a tick), and a restarted database is survived.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests import pgserver
+from tests.loophelp import processes_with_run_id, stop, wait_until
+from tests.pg.clusterhelp import one, rows, seed, start_host_loop
+
+pytestmark = pytest.mark.slow
+
+EVERY_SECOND = """
+jobs:
+  - name: tick
+    every: 1s
+    command: "echo $CRONCTL_SLOT >> {oracle}"
+"""
+
+LONG = """
+jobs:
+  - name: long
+    every: 2s
+    overlap: skip
+    command: "echo start $CRONCTL_RUN_ID >> {oracle}; sleep 300"
+"""
+
+
+def _oracle_lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def test_two_hosts_share_the_work_and_fire_each_slot_once(tmp_path: Path, store_url: str) -> None:
+    oracle = tmp_path / "oracle.txt"
+    seed(store_url, tmp_path, EVERY_SECOND.format(oracle=oracle))
+    loops = [start_host_loop(tmp_path / host, store_url, host) for host in ("host-a", "host-b")]
+    try:
+        wait_until(lambda: len(_oracle_lines(oracle)) >= 6, timeout=60)
+    finally:
+        codes = [stop(proc) for proc in loops]
+    assert codes == [0, 0]
+    slots = Counter(_oracle_lines(oracle))
+    assert slots and max(slots.values()) == 1, slots  # no slot ran twice
+    loop_rows = rows(store_url, "SELECT host_id, stopped_at IS NOT NULL FROM cronctl_loops ORDER BY host_id")
+    assert loop_rows == [("host-a", True), ("host-b", True)]
+    dup = one(store_url, "SELECT count(*) FROM (SELECT job, slot, attempt FROM cronctl_runs"
+                         " GROUP BY 1, 2, 3 HAVING count(*) > 1) AS d")
+    assert dup == 0
+    assert one(store_url, "SELECT count(*) FROM cronctl_audit WHERE event = 'scheduler.started'") == 2
+
+
+def _running_run(store_url: str, host: str) -> str | None:
+    return one(store_url, "SELECT run_id FROM cronctl_runs WHERE job = 'long' AND state = 'running'"
+                          " AND host_id = %s", host)
+
+
+def _kill_loop_and_children(proc: object, run_id: str) -> None:
+    """A host dies: its loop and the run's processes go at once."""
+    os.killpg(proc.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+    for pid in processes_with_run_id(run_id):
+        os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=10)  # type: ignore[attr-defined]
+
+
+def test_a_dead_hosts_run_is_reclaimed_by_another_host_after_its_lease(tmp_path: Path, store_url: str) -> None:
+    oracle = tmp_path / "oracle.txt"
+    seed(store_url, tmp_path, LONG.format(oracle=oracle))
+    a = start_host_loop(tmp_path / "a", store_url, "host-a", "--lease", "3s")
+    b = None
+    try:
+        run_id = wait_until(lambda: _running_run(store_url, "host-a"), timeout=60)
+        _kill_loop_and_children(a, run_id)
+        died = time.monotonic()
+        b = start_host_loop(tmp_path / "b", store_url, "host-b", "--lease", "3s")
+        reason = wait_until(lambda: one(store_url, "SELECT reason FROM cronctl_audit WHERE event = 'claim.reclaimed'"
+                                                   " AND run_id = %s", run_id), timeout=90)
+        took = time.monotonic() - died
+        assert reason == "lease_expired"
+        assert took >= 3.0  # never before the lease ran out (3 s) on the database clock
+        # lease 3 s + margin 5 s + 1 tick; generous for a loaded machine (bench/ has the tight figure)
+        assert took <= 3 + 5 + 1 + 20
+        assert one(store_url, "SELECT state FROM cronctl_runs WHERE run_id = %s", run_id) == "lost"
+        assert one(store_url, "SELECT host_id FROM cronctl_audit WHERE event = 'claim.reclaimed'"
+                              " AND run_id = %s", run_id) == "host-b"
+        wait_until(lambda: _running_run(store_url, "host-b"), timeout=60)  # the job goes on, on host B
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                stop(proc)
+        for run in rows(store_url, "SELECT run_id FROM cronctl_runs"):
+            for pid in processes_with_run_id(run[0]):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_dead_owner_on_the_same_host_is_reclaimed_within_a_tick(tmp_path: Path, store_url: str) -> None:
+    oracle = tmp_path / "oracle.txt"
+    seed(store_url, tmp_path, LONG.format(oracle=oracle))
+    first = start_host_loop(tmp_path / "a", store_url, "host-a")  # lease 60 s: only the owner's death counts
+    again = None
+    try:
+        run_id = wait_until(lambda: _running_run(store_url, "host-a"), timeout=60)
+        wait_until(lambda: f"start {run_id}" in (oracle.read_text() if oracle.exists() else ""), timeout=30)
+        os.kill(first.pid, signal.SIGKILL)  # the loop alone dies; its child lives on
+        first.wait(timeout=10)
+        assert processes_with_run_id(run_id)
+        again = start_host_loop(tmp_path / "a", store_url, "host-a")
+        reason = wait_until(lambda: one(store_url, "SELECT reason FROM cronctl_audit WHERE event = 'claim.reclaimed'"
+                                                   " AND run_id = %s", run_id), timeout=60)
+        assert reason == "owner_dead"  # long before the 60 s lease
+        wait_until(lambda: not processes_with_run_id(run_id), timeout=30)  # its orphan was ended too
+    finally:
+        for proc in (first, again):
+            if proc is not None and proc.poll() is None:
+                stop(proc)
+
+
+def test_a_loop_survives_a_database_restart_and_fires_on(tmp_path: Path) -> None:
+    try:
+        server = pgserver.start()
+    except pgserver.ServerUnavailable as exc:
+        if pgserver.must_fail_without_server(os.environ):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        oracle = tmp_path / "oracle.txt"
+        seed(server.url, tmp_path, EVERY_SECOND.format(oracle=oracle))
+        loop = start_host_loop(tmp_path / "a", server.url, "host-a")
+        try:
+            wait_until(lambda: len(_oracle_lines(oracle)) >= 2, timeout=60)
+            pgserver.restart(server, "immediate", down_s=3.0)
+            back = time.monotonic()
+            seen = len(_oracle_lines(oracle))
+            wait_until(lambda: len(_oracle_lines(oracle)) >= seen + 3, timeout=60)
+            assert time.monotonic() - back < 40
+        finally:
+            assert stop(loop) == 0
+        log = (tmp_path / "a" / "loop.log").read_text()
+        assert "out of reach" in log and "reachable again" in log, log
+        assert one(server.url, "SELECT count(*) FROM cronctl_audit WHERE event = 'cluster.store_outage'") >= 1
+        slots = Counter(_oracle_lines(oracle))
+        assert max(slots.values()) == 1, slots
+    finally:
+        pgserver.stop(server.data_dir)
