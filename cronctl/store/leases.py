@@ -532,7 +532,7 @@ def reclaim_claim(doc: dict[str, Any], job: str, run_id: str, seen_owner: Owner 
     done = claims_mod.finish(doc, job, run_id, None, outcome, now)
     bump_counter(doc, "operator_release" if reason == "operator" else reason)
     rows = [Event(AuditEvent.CLAIM_RECLAIMED, {
-        "job": job, "run_id": run_id, "reason": reason, "status": outcome.status.value,
+        "job": job, "run_id": run_id, "slot": current.get("slot"), "reason": reason, "status": outcome.status.value,
         "run_reason": outcome.reason, "processes_killed": processes_killed,
         "owner_pid": seen_owner.pid if seen_owner is not None else None,
     }), *done.events]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import cast
@@ -103,7 +104,7 @@ def test_a_connection_is_pooler_safe_and_names_itself(pg_url: str) -> None:
         assert conn.autocommit is False
         assert conn.prepare_threshold is None
         row = conn.execute("SELECT current_setting('application_name')").fetchone()
-        assert row == ("cronctl",)
+        assert row == (f"cronctl pid {os.getpid()}",)
         # Nothing was SET for the session: every setting still has its default source.
         changed = conn.execute("SELECT name FROM pg_settings WHERE source = 'session'").fetchall()
         assert changed == []

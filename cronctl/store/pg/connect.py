@@ -3,11 +3,13 @@
 A connection carries no session state a transaction-mode pooler (PgBouncer) would lose
 between transactions: no session SET (settings are `SET LOCAL` inside a transaction), no
 session advisory lock, no server-side prepared statement (`prepare_threshold=None`).
-`application_name` is a startup parameter, which poolers pass on.
+`application_name` ("cronctl pid N": which process a backend serves) is a startup
+parameter, which poolers pass on.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -96,7 +98,7 @@ def connect(url: StoreUrl, timeout_s: int = CONNECT_TIMEOUT_S) -> Connection:
             autocommit=False,
             prepare_threshold=None,
             connect_timeout=timeout_s,
-            application_name=APPLICATION_NAME,
+            application_name=f"{APPLICATION_NAME} pid {os.getpid()}",  # which process, in pg_stat_activity
             tcp_user_timeout=TCP_USER_TIMEOUT_MS,
         )
     except psycopg.Error as exc:

@@ -91,6 +91,14 @@ def answer(conn: Connection, request_id: int, outcome: str) -> None:
         conn.execute("UPDATE cronctl_requests SET outcome = %s WHERE id = %s", (outcome, request_id))
 
 
+def withdraw(conn: Connection, request_id: int) -> bool:
+    """Take back a request no loop has taken (its asker gave up); False when one took it already."""
+    with short_transaction(conn):
+        row = conn.execute("UPDATE cronctl_requests SET served_at = clock_timestamp(), outcome = 'withdrawn'"
+                           " WHERE id = %s AND served_at IS NULL RETURNING id", (request_id,)).fetchone()
+    return row is not None
+
+
 def outcome_of(conn: Connection, request_id: int) -> tuple[bool, str | None]:
     """(served, outcome) of one request."""
     with conn.transaction():

@@ -1,0 +1,310 @@
+"""Chaos on a PostgreSQL store: loops playing hosts, killed, stopped, cut off, the database restarted.
+
+Three (`--loops`) `cronctl run` loops share one throwaway PostgreSQL server, each as its own
+host ($CRONCTL_HOST_ID), with four `overlap: skip` jobs every 0.5, 1, 1.5 and 2 s. Then
+`--actions` random actions, 0.05-0.5 s apart:
+
+- kill -9 of a loop (restarted on its host within a second: its runs are reclaimed there
+  as `owner_dead`);
+- SIGSTOP of a loop for 0.5-20 s (its leases run out: another host reclaims its runs,
+  and its late finishes must be rejected as stale, `run.fenced`);
+- `pg_terminate_backend` of a loop's connection;
+- a fast, or an immediate (crash), restart of PostgreSQL.
+
+Every run appends to one ledger: `start JOB SLOT ATTEMPT RUN_ID`, then holds the job's
+flock while it sleeps (`overlap ...` when it cannot: two runs of a skip job at once), then
+`end ...`. When the actions are done every loop is let go on for the lease plus margin,
+stopped, and the ledger and the database are checked:
+
+- duplicates: a (job, slot, attempt) started by more than one run;
+- overlaps: runs of a skip job at the same time;
+- stale writes accepted: a run reclaimed from its owner whose ending is not that reclaim's
+  (`lost`/`not_started`); `stale_rejected` counts the `run.fenced` rows (at least one);
+- unexplained slots: grid slots between a job's first and last claimed slot that neither
+  started nor have a `run.missed`, `run.skipped` or `claim.reclaimed` row.
+
+Usage: python bench/pg_chaos.py [--actions 1000] [--loops 3] [--seed N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from tests import pgserver  # noqa: E402
+
+LEASE_S = 3.0
+MARGIN_S = 5.0
+JOBS = (("c05", "500ms", 0.1), ("c1", "1s", 0.4), ("c15", "1500ms", 0.3), ("c2", "2s", 1.0))
+JOB_SCRIPT = (
+    'echo "start $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"; '
+    'flock -n "$LOCKS/$CRONCTL_JOB" -c "sleep $NAP" '
+    '|| echo "overlap $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"; '
+    'echo "end $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"'
+)
+ACTIONS = (("kill", 3), ("stop", 3), ("terminate", 3), ("restart_fast", 0.5), ("restart_immediate", 0.5))
+
+
+def cronctl() -> list[str]:
+    beside = Path(sys.executable).with_name("cronctl")
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "cronctl"]
+
+
+def jobs_yaml(ledger: Path, locks: Path) -> str:
+    lines = ["jobs:"]
+    for name, every, nap in JOBS:
+        lines += [f"  - name: {name}", f"    every: {every}", "    overlap: skip", f"    command: {json.dumps(JOB_SCRIPT)}",
+                  f"    env: {{LEDGER: {json.dumps(str(ledger))}, LOCKS: {json.dumps(str(locks))}, NAP: '{nap}'}}",
+                  "    kill_grace: 1s", "    timeout: 10s"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Host:
+    name: str
+    home: Path
+    url: str
+    proc: subprocess.Popen[bytes] | None = None
+    stopped_until: float | None = None  # SIGSTOPped until this monotonic instant
+
+    def start(self) -> None:
+        env = {**os.environ, "CRONCTL_STORE": self.url, "CRONCTL_HOST_ID": self.name,
+               "CRONCTL_BOOT_ID": f"boot-{self.name}", "NO_COLOR": "1"}
+        env.pop("CRONCTL_FAULT_LOOP_CRASH", None)
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = open(self.home / "loop.log", "ab")  # noqa: SIM115 - the loop keeps it
+        self.proc = subprocess.Popen([*cronctl(), "--home", str(self.home), "run", "--lease", f"{LEASE_S:g}s"],
+                                     env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.stopped_until = None
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop_for(self, seconds: float) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+        self.stopped_until = time.monotonic() + seconds
+
+    def wake_if_due(self, force: bool = False) -> None:
+        if self.stopped_until is not None and (force or time.monotonic() >= self.stopped_until):
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+            self.stopped_until = None
+
+
+@dataclass
+class Chaos:
+    server: pgserver.Server
+    hosts: list[Host]
+    rng: random.Random
+    done: Counter[str] = field(default_factory=Counter)
+    last_restart: float = 0.0
+
+    def act(self) -> None:
+        for host in self.hosts:
+            host.wake_if_due()
+        kinds, weights = zip(*ACTIONS, strict=True)
+        kind = self.rng.choices(kinds, weights)[0]
+        if kind.startswith("restart") and time.monotonic() - self.last_restart < 5.0:
+            kind = "terminate"  # let the database serve a while between restarts
+        host = self.rng.choice(self.hosts)
+        if kind == "stop" and host.stopped_until is not None:
+            kind = "kill"
+        getattr(self, f"_{kind}")(host)
+        self.done[kind] += 1
+
+    def _kill(self, host: Host) -> None:
+        host.wake_if_due(force=True)  # a stopped process dies all the same; keep the books straight
+        host.kill()
+        time.sleep(self.rng.uniform(0.0, 1.0))
+        host.start()
+
+    def _stop(self, host: Host) -> None:
+        host.stop_for(self.rng.uniform(0.5, 20.0))
+
+    def _terminate(self, host: Host) -> None:
+        assert host.proc is not None
+        try:
+            with psycopg.connect(self.server.url, autocommit=True, connect_timeout=5) as admin:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                              (f"cronctl pid {host.proc.pid}",))
+        except psycopg.Error:
+            pass  # the database is restarting: that is chaos too
+
+    def _restart_fast(self, host: Host) -> None:
+        pgserver.restart(self.server, "fast")
+        self.last_restart = time.monotonic()
+
+    def _restart_immediate(self, host: Host) -> None:
+        pgserver.restart(self.server, "immediate")
+        self.last_restart = time.monotonic()
+
+
+def seed_jobs(url: str, work: Path, ledger: Path, locks: Path) -> None:
+    jobs = work / "jobs.yaml"
+    jobs.write_text(jobs_yaml(ledger, locks))
+    env = {**os.environ, "CRONCTL_STORE": url, "NO_COLOR": "1"}
+    home = work / "seed"
+    done = subprocess.run([*cronctl(), "--home", str(home), "apply", "-f", str(jobs)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:  # a cronctl whose `apply` does not write PostgreSQL yet: through a JSON home
+        env.pop("CRONCTL_STORE")
+        subprocess.run([*cronctl(), "--home", str(home), "apply", "-f", str(jobs)], env=env, check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run([*cronctl(), "--store", url, "--home", str(home), "store", "import-json", "--replace"],
+                       env=env, check=True, capture_output=True, timeout=120)
+
+
+def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = None,
+        keep: bool = False) -> dict[str, Any]:
+    rng = random.Random(seed)
+    own_server = server is None
+    server = server or pgserver.start()
+    work = Path(tempfile.mkdtemp(prefix="cronctl-chaos-"))
+    ledger, locks = work / "ledger", work / "locks"
+    locks.mkdir()
+    started = time.monotonic()
+    hosts = [Host(f"h{index}", work / f"h{index}", server.url) for index in range(loops)]
+    try:
+        seed_jobs(server.url, work, ledger, locks)
+        for host in hosts:
+            host.start()
+        time.sleep(3.0)
+        chaos = Chaos(server, hosts, rng)
+        for _ in range(actions):
+            time.sleep(rng.uniform(0.05, 0.5))
+            chaos.act()
+        for host in hosts:
+            host.wake_if_due(force=True)
+        time.sleep(LEASE_S + MARGIN_S + 5.0)  # every stale lease runs out and is reclaimed
+        for host in hosts:
+            assert host.proc is not None
+            host.proc.send_signal(signal.SIGTERM)
+        for host in hosts:
+            assert host.proc is not None
+            host.proc.wait(timeout=120)
+        summary = analyse(server.url, ledger)
+        summary.update(actions=dict(chaos.done), loops=loops, seed=seed,
+                       seconds=round(time.monotonic() - started, 1))
+        return summary
+    finally:
+        for host in hosts:
+            if host.proc is not None and host.proc.poll() is None:
+                host.wake_if_due(force=True)
+                host.proc.kill()
+        if own_server and not keep:
+            pgserver.stop(server.data_dir)
+        elif keep:
+            print(f"kept: {server.url} (data {server.data_dir}), work {work}", file=sys.stderr)
+
+
+def _ledger(ledger: Path) -> tuple[dict[tuple[str, str, str], set[str]], int]:
+    starts: dict[tuple[str, str, str], set[str]] = {}
+    overlaps = 0
+    for line in ledger.read_text().splitlines() if ledger.exists() else []:
+        parts = line.split()
+        if len(parts) != 5:
+            continue
+        kind, job, slot, attempt, run_id = parts
+        if kind == "start":
+            starts.setdefault((job, _iso(slot), attempt), set()).add(run_id)
+        elif kind == "overlap":
+            overlaps += 1
+    return starts, overlaps
+
+
+def _iso(text: str) -> str:
+    return datetime.fromisoformat(text).isoformat(timespec="milliseconds")
+
+
+def analyse(url: str, ledger: Path) -> dict[str, Any]:
+    starts, overlaps = _ledger(ledger)
+    with psycopg.connect(url, autocommit=True) as conn:
+        audit = conn.execute("SELECT event, job, run_id, slot, details FROM cronctl_audit"
+                             " WHERE event IN ('run.missed', 'run.skipped', 'claim.reclaimed', 'run.fenced')").fetchall()
+        runs = conn.execute("SELECT job, slot, state FROM cronctl_runs WHERE slot IS NOT NULL").fetchall()
+        reclaimed_states = conn.execute(
+            "SELECT r.state FROM cronctl_runs AS r JOIN cronctl_audit AS a"
+            " ON a.run_id = r.run_id AND a.event = 'claim.reclaimed'").fetchall()
+        live = conn.execute("SELECT count(*) FROM cronctl_runs WHERE state IN ('claimed', 'running')").fetchone()
+    accounted: dict[str, set[str]] = {}
+    missed_ranges: dict[str, list[tuple[datetime, datetime]]] = {}
+    for event, job, _run_id, slot, details in audit:
+        if event in ("run.skipped", "claim.reclaimed") and slot is not None:
+            accounted.setdefault(job, set()).add(slot.isoformat(timespec="milliseconds"))
+        elif event == "run.missed" and slot is not None:
+            first = datetime.fromisoformat(details.get("first_missed") or slot.isoformat())
+            missed_ranges.setdefault(job, []).append((first, slot))
+    for job, slot, _attempt in starts:
+        accounted.setdefault(job, set()).add(slot)
+    unexplained, grid_total, examples = 0, 0, []
+    for name, every, _nap in JOBS:
+        step = timedelta(seconds=_seconds(every))
+        slots = sorted(slot for job, slot, _state in runs if job == name)
+        if not slots:
+            continue
+        at = slots[0]
+        while at <= slots[-1]:
+            grid_total += 1
+            key = at.isoformat(timespec="milliseconds")
+            covered = key in accounted.get(name, set()) or any(
+                first <= at <= last for first, last in missed_ranges.get(name, []))
+            if not covered:
+                unexplained += 1
+                examples.append(f"{name} {key}")
+            at += step
+    return {
+        "runs_started": sum(len(v) for v in starts.values()),
+        "duplicates": sum(1 for v in starts.values() if len(v) > 1),
+        "overlaps": overlaps,
+        "stale_accepted": sum(1 for (state,) in reclaimed_states if state not in ("lost", "not_started")),
+        "stale_rejected": sum(1 for row in audit if row[0] == "run.fenced"),
+        "reclaimed": sum(1 for row in audit if row[0] == "claim.reclaimed"),
+        "slots": grid_total,
+        "unexplained": unexplained,
+        "unexplained_first": examples[:5],
+        "left_running": int(live[0]) if live else -1,
+    }
+
+
+def _seconds(every: str) -> float:
+    return float(every[:-2]) / 1000 if every.endswith("ms") else float(every[:-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--actions", type=int, default=1000)
+    parser.add_argument("--loops", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="leave the server and the work directory to look at")
+    args = parser.parse_args()
+    summary = run(args.actions, args.loops, args.seed, keep=args.keep)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        for key, value in sorted(summary.items()):
+            print(f"{key:>16}: {value}")
+
+
+if __name__ == "__main__":
+    main()
