@@ -21,7 +21,8 @@ stopped, and the ledger and the database are checked:
 - stale writes accepted: a run reclaimed from its owner whose ending is not that reclaim's
   (`lost`/`not_started`); `stale_rejected` counts the `run.fenced` rows (at least one);
 - unexplained slots: grid slots between a job's first and last claimed slot that neither
-  started nor have a `run.missed`, `run.skipped` or `claim.reclaimed` row.
+  started, nor were claimed with their ending recorded, nor have a `run.missed`,
+  `run.skipped` or `claim.reclaimed` row.
 
 Usage: python bench/pg_chaos.py [--actions 1000] [--loops 3] [--seed N] [--json]
 """
@@ -258,6 +259,8 @@ def analyse(url: str, ledger: Path) -> dict[str, Any]:
             missed_ranges.setdefault(job, []).append((first, slot))
     for job, slot, _attempt in starts:
         accounted.setdefault(job, set()).add(slot)
+    for job, slot, _state in runs:  # claimed, and its ending recorded (a killed or never-started run too)
+        accounted.setdefault(job, set()).add(slot.isoformat(timespec="milliseconds"))
     unexplained, grid_total, examples = 0, 0, []
     for name, every, _nap in JOBS:
         step = timedelta(seconds=_seconds(every))

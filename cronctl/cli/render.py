@@ -259,6 +259,7 @@ def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
     if not only_stale or data["loop_stale"]:
         parts.append(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}")
+        parts.extend(_cluster_lines(data.get("loops"), only_stale))
     if not data["jobs"]:
         if only_stale and not data["stale"]:
             parts.append("nothing is stale")
@@ -266,6 +267,18 @@ def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
     rows = [(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
              job["reason"]) for job in data["jobs"]]
     return parts + columns(("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"), rows)
+
+
+def _cluster_lines(loops: list[dict[str, Any]] | None, only_stale: bool) -> list[str]:
+    """On PostgreSQL, one line per loop: which host, its state, heartbeat and clock skew."""
+    lines = []
+    for row in loops or []:
+        if only_stale and row["state"] == "ok":
+            continue
+        skew = f", skew {row['skew_s']:+.3f}s" if row.get("skew_s") is not None else ""
+        lines.append(f"  host {row['host']} pid {row['pid']}: {row['state']}, heartbeat "
+                     f"{row['heartbeat_age_s']:.1f}s ago{skew}, home {row.get('home') or '-'}")
+    return lines
 
 
 def watch(frame_lines: Callable[[], list[str]], interval: float) -> None:

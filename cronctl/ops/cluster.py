@@ -20,6 +20,7 @@ from cronctl.errors import ConflictError, CronctlError
 
 if TYPE_CHECKING:
     from cronctl.loop.heal import Liveness
+    from cronctl.loop.heartbeat import LoopStatus
     from cronctl.store.pg.leases import PgLeaseStore
     from cronctl.store.pg.loops import LoopRow
 
@@ -43,6 +44,26 @@ def cluster_loops(ctx: Context) -> list[LoopRow]:
     leases = _leases(ctx)
     with leases.lock:
         return loops.loops(leases.conn)
+
+
+def cluster_summary(rows: list[LoopRow]) -> LoopStatus:
+    """The loops of the store in `status`'s one loop line: `ok` while one is live and none has
+    stopped answering, `unreachable` when one has, `stopped` when none runs (SPEC §9: both stale)."""
+    from cronctl.loop.heartbeat import LoopStatus
+
+    live = [row for row in rows if row.state == "ok"]
+    silent = [row for row in rows if row.state == "unreachable"]
+    if silent:
+        named = ", ".join(f"host {row.host} pid {row.pid} ({row.heartbeat_age_s:.0f}s ago)" for row in silent)
+        return LoopStatus("unreachable", f"{len(silent)} loop(s) stopped answering: {named}; their runs are "
+                          "reclaimed by the others once their leases run out", pid=silent[0].pid,
+                          heartbeat_age=silent[0].heartbeat_age_s)
+    if live:
+        hosts = ", ".join(sorted({row.host for row in live}))
+        youngest = min(live, key=lambda row: row.heartbeat_age_s)
+        return LoopStatus("ok", f"{len(live)} loop(s) running on {hosts}", pid=youngest.pid,
+                          heartbeat_age=youngest.heartbeat_age_s)
+    return LoopStatus("stopped", "no loop runs on this store; start 'cronctl run' with this --store on a host")
 
 
 def live_loops(ctx: Context) -> list[LoopRow]:
@@ -81,6 +102,20 @@ def kill_through_cluster(ctx: Context, job: str, run_id: str) -> bool:
     with leases.lock:
         request_id = requests.request_kill(leases.conn, job, run_id, requested_by())
     return _wait_answer(ctx, request_id).startswith("killed ")
+
+
+def how_to_kill(ctx: Context, run_id: str) -> str:
+    """`request` (a live loop on the run's host ends it), `here` (the run is on this host and
+    no loop there is live: this process ends it) or `unreachable` (another host, no live loop)."""
+    from cronctl.store.pg.identity import host_id
+
+    leases = _leases(ctx)
+    with leases.lock, leases.conn.transaction():
+        row = leases.conn.execute("SELECT host_id FROM cronctl_runs WHERE run_id = %s", (run_id,)).fetchone()
+    host = row[0] if row else None
+    if any(loop.host == host for loop in live_loops(ctx)):
+        return "request"
+    return "here" if host == host_id() else "unreachable"
 
 
 def _wait_answer(ctx: Context, request_id: int, may_withdraw: bool = True) -> str:

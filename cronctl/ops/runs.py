@@ -71,6 +71,8 @@ class ForceResult:
 
 
 def force_run(ctx: Context, name: str, wait: bool, timeout: float | None = None) -> ForceResult:
+    if ctx.on_postgres:
+        return _force_on_cluster(ctx, name, wait, timeout)
     get_entry(ctx.store.read(), name)
     ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, pid=os.getpid())
     live = loop_alive(ctx.paths, ctx.clock.now())
@@ -79,6 +81,20 @@ def force_run(ctx: Context, name: str, wait: bool, timeout: float | None = None)
         record = wait_for_record(ctx, name, run_id, timeout) if wait else None
         return ForceResult(run_id, True, record)
     return _force_here(ctx, name)
+
+
+def _force_on_cluster(ctx: Context, name: str, wait: bool, timeout: float | None) -> ForceResult:
+    """PostgreSQL: a request row any live loop serves within a tick (its `force_run.requested`
+    row is written with it); with no live loop, here, as on the JSON store."""
+    from cronctl.ops import cluster
+
+    if not ctx.leases.has_job(name):
+        raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+    if not cluster.live_loops(ctx):
+        ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, pid=os.getpid())
+        return _force_here(ctx, name)
+    run_id = cluster.force_through_cluster(ctx, name)
+    return ForceResult(run_id, True, wait_for_record(ctx, name, run_id, timeout) if wait else None)
 
 
 def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
@@ -92,6 +108,8 @@ def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
     return str(answer["run_id"])
 
 
+# Where --wait looks for a run's record on PostgreSQL: the job's last runs, newest last.
+RECENT_RECORDS = 100
 # How long a run may be without a claim and without a record before --wait gives up:
 # its end is written to the store first, its record just after (or by the next loop).
 UNRECORDED_GRACE = 10.0
@@ -101,10 +119,11 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
     clock = ctx.clock
     deadline = None if timeout is None else clock.monotonic() + timeout
     unclaimed_since: float | None = None
+    alive = _liveness(ctx).owner_alive
     while deadline is None or clock.monotonic() < deadline:
         claim = ctx.leases.find_run(job, run_id)
         if claim is None:
-            record = history.find_record(ctx.paths, job, run_id)
+            record = _find_record(ctx, job, run_id)
             if record is not None:
                 return record
             if unclaimed_since is None:
@@ -112,7 +131,7 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
             elif clock.monotonic() - unclaimed_since > UNRECORDED_GRACE:
                 raise CronctlError(f"run {run_id} of '{job}' ended without a record (it may never have started); "
                                    f"see 'cronctl audit --job {job}'")
-        elif not owner_alive(claim.owner.to_dict() if claim.owner else {}):
+        elif not alive(claim.owner_dict):
             raise CronctlError(f"the loop running {job} run {run_id} died; the next 'cronctl run' records it "
                                f"as lost (see 'cronctl status')")
         clock.sleep(0.1)
@@ -139,16 +158,29 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
         engine.record_results()
     if ran is None:
         raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
-    record = ran.record or history.find_record(ctx.paths, name, ran.run_id)
+    record = ran.record or _find_record(ctx, name, ran.run_id)
     if record is None:
         raise CronctlError(f"run {ran.run_id} of '{name}' ended without a record; "
                            f"see 'cronctl audit --job {name}'")
     return ForceResult(ran.run_id, False, record)
 
 
+def _find_record(ctx: Context, job: str, run_id: str) -> dict[str, Any] | None:
+    """A run's history record: the JSON store's history file, or the last runs of the job in PostgreSQL."""
+    if ctx.on_postgres:
+        return next((record for record in ctx.leases.history(job, RECENT_RECORDS) if record["run_id"] == run_id),
+                    None)
+    return history.find_record(ctx.paths, job, run_id)
+
+
 def _liveness(ctx: Context) -> Liveness:
     from cronctl.loop.heal import Liveness
     from cronctl.proc.liveness import lease_checker
+
+    if ctx.on_postgres:  # owners of other hosts are judged by their leases on the database clock
+        from cronctl.ops.cluster import cli_liveness
+
+        return cli_liveness(ctx)
 
     return Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
 
@@ -180,10 +212,16 @@ def exit_code_of(record: dict[str, Any] | None) -> int:
 
 def kill_job(ctx: Context, name: str) -> list[str]:
     """End every run of a job; recorded `killed` by its loop, or here when no loop supervises it."""
-    get_entry(ctx.store.read(), name)
+    if ctx.on_postgres:
+        if not ctx.leases.has_job(name):
+            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+    else:
+        get_entry(ctx.store.read(), name)
     running = ctx.leases.claims_of(name)
     if not running:
         raise ConflictError(f"job '{name}' is not running")
+    if ctx.on_postgres:
+        return _kill_on_cluster(ctx, name, running)
     live = loop_alive(ctx.paths, ctx.clock.now())
     loop_runs = {c.run_id for c in running if live and c.owner is not None and c.owner.pid == live.pid}
     killed: list[str] = []
@@ -199,6 +237,28 @@ def kill_job(ctx: Context, name: str) -> list[str]:
         if claim.run_id not in killed:
             if _kill_here(ctx, claim):
                 killed.append(claim.run_id)
+    return killed
+
+
+def _kill_on_cluster(ctx: Context, name: str, running: list[RunClaim]) -> list[str]:
+    """PostgreSQL: each run is ended by a live loop on its host (a request row), else here when
+    it runs on this host; a run of another host without a live loop there cannot be reached."""
+    from cronctl.ops import cluster
+
+    killed: list[str] = []
+    unreachable: list[str] = []
+    for claim in running:
+        how = cluster.how_to_kill(ctx, claim.run_id)
+        if how == "request" and cluster.kill_through_cluster(ctx, name, claim.run_id):
+            wait_for_record(ctx, name, claim.run_id, timeout=60.0)
+            killed.append(claim.run_id)
+        elif how == "here" and _kill_here(ctx, claim):
+            killed.append(claim.run_id)
+        elif how == "unreachable":
+            unreachable.append(claim.run_id)
+    if unreachable and not killed:
+        raise ConflictError(f"run(s) {', '.join(unreachable)} of '{name}' run on a host with no live loop; "
+                            "they are reclaimed once their leases run out (see 'cronctl status')")
     return killed
 
 

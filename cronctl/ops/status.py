@@ -33,14 +33,21 @@ class StatusReport:
     loop: LoopStatus
     jobs: list[JobStatus]
     counters: dict[str, int]
+    # On PostgreSQL: every loop the store remembers (`loop` sums them up); None on the JSON store.
+    loops: list[dict[str, Any]] | None = None
 
     @property
     def stale_jobs(self) -> list[JobStatus]:
         return [j for j in self.jobs if j.health.stale]
 
     @property
+    def loop_stale(self) -> bool:
+        """The loop side is stale: on PostgreSQL also when no loop is live or one stopped answering."""
+        return self.loop.stale or (self.loops is not None and self.loop.state != "ok")
+
+    @property
     def stale(self) -> bool:
-        return bool(self.stale_jobs) or (self.loop.stale and bool(self.jobs))
+        return bool(self.stale_jobs) or (self.loop_stale and bool(self.jobs))
 
 
 def status(ctx: Context) -> StatusReport:
@@ -54,6 +61,11 @@ def status(ctx: Context) -> StatusReport:
     for view in views:
         health = chain_health(chains, view, specs, now) if chains else None
         jobs.append(JobStatus(view, health or job_health(view, now, alive, expired)))
+    if ctx.on_postgres:
+        from cronctl.ops.cluster import cluster_loops, cluster_summary
+
+        rows = cluster_loops(ctx)
+        return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows])
     return StatusReport(loop_status(ctx.paths, now), jobs, counters)
 
 
@@ -88,7 +100,8 @@ def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:
     jobs = report.stale_jobs if only_stale else report.jobs
     return {
         "loop": report.loop.to_dict(),
-        "loop_stale": report.loop.stale and bool(report.jobs),
+        **({"loops": report.loops} if report.loops is not None else {}),
+        "loop_stale": report.loop_stale and bool(report.jobs),
         "stale": report.stale,
         "counters": report.counters,
         "jobs": [

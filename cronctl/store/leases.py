@@ -112,6 +112,14 @@ class RunClaim:
     child: dict[str, Any] | None  # {"pid", "start_time"} once dispatched
     kill_grace: float | None
     lease_until: str | None
+    owner_host: str | None = None  # PostgreSQL: the host the owner runs on (its pid means nothing elsewhere)
+
+    @property
+    def owner_dict(self) -> dict[str, Any]:
+        """The owner as the liveness checks take it ({} for none)."""
+        if self.owner is None:
+            return {}
+        return {**self.owner.to_dict(), **({"host": self.owner_host} if self.owner_host else {})}
 
 
 class LeaseStore(Protocol):
@@ -484,6 +492,7 @@ def run_claim(job: str, claim: dict[str, Any]) -> RunClaim:
         attempt=int(claim["attempt"]), owner=Owner.from_dict(owner) if owner else None,
         dispatched=bool(claim.get("dispatched")), child=claim.get("child"),
         kill_grace=claim.get("kill_grace"), lease_until=claim.get("lease_until"),
+        owner_host=owner.get("host") if isinstance(owner, dict) else None,
     )
 
 

@@ -7,6 +7,7 @@ within a tick), and a restarted database is survived.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -17,7 +18,7 @@ import pytest
 
 from tests import pgserver
 from tests.loophelp import processes_with_run_id, stop, wait_until
-from tests.pg.clusterhelp import one, rows, seed, start_host_loop
+from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
 
 pytestmark = pytest.mark.slow
 
@@ -152,3 +153,37 @@ def test_a_loop_survives_a_database_restart_and_fires_on(tmp_path: Path) -> None
         assert max(slots.values()) == 1, slots
     finally:
         pgserver.stop(server.data_dir)
+
+
+HOURLY_LONG = """
+jobs:
+  - name: long
+    every: 1h
+    overlap: skip
+    command: "echo start $CRONCTL_RUN_ID >> {oracle}; sleep 300"
+"""
+
+
+def test_force_run_and_kill_from_another_host_are_served_by_the_loop(tmp_path: Path, store_url: str) -> None:
+    seed(store_url, tmp_path, HOURLY_LONG.format(oracle=tmp_path / "oracle.txt"))
+    loop = start_host_loop(tmp_path / "a", store_url, "host-a")
+    try:
+        wait_until(lambda: one(store_url, "SELECT count(*) FROM cronctl_loops WHERE stopped_at IS NULL"), timeout=60)
+        forced = run_cli(tmp_path / "b", store_url, "host-b", "force-run", "long")
+        assert forced.returncode == 0, forced.stderr
+        run_id = one(store_url, "SELECT run_id FROM cronctl_runs WHERE trigger = 'force'")
+        assert run_id and run_id in forced.stdout + forced.stderr
+        wait_until(lambda: _running_run(store_url, "host-a") == run_id, timeout=30)  # the loop on host A runs it
+        status = json.loads(run_cli(tmp_path / "b", store_url, "host-b", "status", "--json").stdout)
+        assert [(row["host"], row["state"]) for row in status["loops"]] == [("host-a", "ok")]
+        assert status["loop"]["state"] == "ok" and not status["loop_stale"]
+        killed = run_cli(tmp_path / "b", store_url, "host-b", "kill", "long")
+        assert killed.returncode == 0, killed.stderr
+        assert one(store_url, "SELECT state FROM cronctl_runs WHERE run_id = %s", run_id) == "killed"
+        wait_until(lambda: not processes_with_run_id(run_id), timeout=30)
+        served = rows(store_url, "SELECT kind, outcome FROM cronctl_requests ORDER BY id")
+        assert served == [("force_run", f"started {run_id}"), ("kill", f"killed {run_id}")]
+    finally:
+        assert stop(loop) == 0
+    stale = run_cli(tmp_path / "b", store_url, "host-b", "status", "--stale")
+    assert stale.returncode == 3 and "no loop runs on this store" in stale.stdout  # jobs, and no live loop

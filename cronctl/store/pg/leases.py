@@ -298,8 +298,11 @@ class PgLeaseStore:
 
     def _live_claims(self, where: str, *params: Any) -> list[dict[str, Any]]:
         with self._read():
-            rows = self.conn.execute(f"SELECT claim FROM cronctl_runs WHERE {where} AND claim IS NOT NULL"
+            rows = self.conn.execute(f"SELECT claim, host_id FROM cronctl_runs WHERE {where} AND claim IS NOT NULL"
                                      " ORDER BY run_id", params).fetchall()
+        for claim, host in rows:
+            if isinstance(claim.get("owner"), dict):
+                claim["owner"]["host"] = host  # whose pid it is (as load_jobs marks it)
         return [row[0] for row in rows]
 
     # --- what JsonLeaseStore keeps in an outbox ------------------------------------------------
