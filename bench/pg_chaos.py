@@ -22,7 +22,7 @@ stopped, and the ledger and the database are checked:
   (`lost`/`not_started`); `stale_rejected` counts the `run.fenced` rows (at least one);
 - unexplained slots: grid slots between a job's first and last claimed slot that neither
   started, nor were claimed with their ending recorded, nor have a `run.missed`,
-  `run.skipped` or `claim.reclaimed` row.
+  `run.skipped`, `run.spawn_failed` or `claim.reclaimed` row.
 
 Usage: python bench/pg_chaos.py [--actions 1000] [--loops 3] [--seed N] [--json]
 """
@@ -71,7 +71,8 @@ def cronctl() -> list[str]:
 def jobs_yaml(ledger: Path, locks: Path) -> str:
     lines = ["jobs:"]
     for name, every, nap in JOBS:
-        lines += [f"  - name: {name}", f"    every: {every}", "    overlap: skip", f"    command: {json.dumps(JOB_SCRIPT)}",
+        lines += [f"  - name: {name}", f"    every: {every}", "    overlap: skip",
+                  f"    command: {json.dumps(JOB_SCRIPT)}",
                   f"    env: {{LEDGER: {json.dumps(str(ledger))}, LOCKS: {json.dumps(str(locks))}, NAP: '{nap}'}}",
                   "    kill_grace: 1s", "    timeout: 10s"]
     return "\n".join(lines) + "\n"
@@ -243,7 +244,8 @@ def analyse(url: str, ledger: Path) -> dict[str, Any]:
     starts, overlaps = _ledger(ledger)
     with psycopg.connect(url, autocommit=True) as conn:
         audit = conn.execute("SELECT event, job, run_id, slot, details FROM cronctl_audit"
-                             " WHERE event IN ('run.missed', 'run.skipped', 'claim.reclaimed', 'run.fenced')").fetchall()
+                             " WHERE event IN ('run.missed', 'run.skipped', 'run.spawn_failed', 'claim.reclaimed',"
+                             " 'run.fenced')").fetchall()
         runs = conn.execute("SELECT job, slot, state FROM cronctl_runs WHERE slot IS NOT NULL").fetchall()
         reclaimed_states = conn.execute(
             "SELECT r.state FROM cronctl_runs AS r JOIN cronctl_audit AS a"
@@ -252,7 +254,7 @@ def analyse(url: str, ledger: Path) -> dict[str, Any]:
     accounted: dict[str, set[str]] = {}
     missed_ranges: dict[str, list[tuple[datetime, datetime]]] = {}
     for event, job, _run_id, slot, details in audit:
-        if event in ("run.skipped", "claim.reclaimed") and slot is not None:
+        if event in ("run.skipped", "run.spawn_failed", "claim.reclaimed") and slot is not None:
             accounted.setdefault(job, set()).add(slot.isoformat(timespec="milliseconds"))
         elif event == "run.missed" and slot is not None:
             first = datetime.fromisoformat(details.get("first_missed") or slot.isoformat())

@@ -54,7 +54,8 @@ def one(store_url: str, query: str, *params: Any) -> Any:
     return found[0][0] if found else None
 
 
-def run_cli(home: Path, store_url: str, host: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def run_cli(home: Path, store_url: str, host: str, *args: str,
+            timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """One `cronctl` command on the store, from `host`."""
     return subprocess.run([*CRONCTL, "--home", str(home), *args], env=host_env(store_url, host), capture_output=True,
                           text=True, timeout=timeout)
