@@ -187,3 +187,25 @@ def test_force_run_and_kill_from_another_host_are_served_by_the_loop(tmp_path: P
         assert stop(loop) == 0
     stale = run_cli(tmp_path / "b", store_url, "host-b", "status", "--stale")
     assert stale.returncode == 3 and "no loop runs on this store" in stale.stdout  # jobs, and no live loop
+
+
+NOISY = """
+jobs:
+  - name: noisy
+    every: 1h
+    command: ["python3", "-c", "import sys; sys.stdout.write('x' * 70000 + chr(0) + 'END')"]
+"""
+
+
+def test_a_runs_long_output_tail_is_kept_with_it_even_with_a_nul(tmp_path: Path, store_url: str) -> None:
+    seed(store_url, tmp_path, NOISY)
+    loop = start_host_loop(tmp_path / "a", store_url, "host-a")
+    try:
+        wait_until(lambda: one(store_url, "SELECT count(*) FROM cronctl_loops WHERE stopped_at IS NULL"), timeout=60)
+        forced = run_cli(tmp_path / "b", store_url, "host-b", "force-run", "noisy", "--wait")
+        assert forced.returncode == 0, forced.stderr
+    finally:
+        assert stop(loop) == 0
+    state, tail, record = rows(store_url, "SELECT state, output_tail, record FROM cronctl_runs")[0]
+    assert state == "success" and record["status"] == "success"
+    assert len(tail.encode()) >= 64 * 1024 and tail.endswith("\ufffdEND")  # NUL: U+FFFD, never a refused write

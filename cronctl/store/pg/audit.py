@@ -7,6 +7,7 @@ decided it across hosts: the claim's fence, the loop and its host.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,6 +43,12 @@ def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, ho
               Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps)) for row in rows])
 
 
+# A NUL escape not itself escaped (an even run of backslashes before it).
+_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 def dumps(value: Any) -> str:
-    """JSON with instants as the ISO text every other audit row uses."""
-    return json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
+    """JSON with instants as the ISO text every other audit row uses, and NUL as U+FFFD:
+    jsonb refuses \\u0000, and a job that prints a NUL must not make its run unrecordable."""
+    text = json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
+    return _NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text

@@ -31,7 +31,7 @@ from psycopg.types.json import Jsonb
 
 from cronctl.models import Overlap
 from cronctl.store.claims import Event
-from cronctl.store.pg.audit import AuditRow, write_audit
+from cronctl.store.pg.audit import AuditRow, dumps, write_audit
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import wake_at
 from cronctl.store.pg.transaction import short_transaction
@@ -53,6 +53,7 @@ class DocTransaction:
     doc: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> its history record
+    tails: dict[str, str] = field(default_factory=dict)  # run_id -> the output tail kept with the run
     _before: dict[str, str] = field(default_factory=dict)
 
     def keep_record(self, record: dict[str, Any] | None) -> None:
@@ -121,7 +122,8 @@ def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
 
 def _save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
     for key, value in changed.items():
-        conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s", (Jsonb(value), meta_key(key, host_id)))
+        conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s",
+                     (Jsonb(value, dumps=dumps), meta_key(key, host_id)))
 
 
 def _save_jobs(tx: DocTransaction) -> None:
@@ -137,7 +139,7 @@ def _save_jobs(tx: DocTransaction) -> None:
         tx.conn.execute(
             "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
             " updated_at = clock_timestamp() WHERE name = %s",
-            (Jsonb(state), from_iso(state.get("next_run_at")), wake_at({**entry, "state": state}),
+            (Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")), wake_at({**entry, "state": state}),
              bool(entry.get("paused") or state.get("paused")), name))
 
 
@@ -149,8 +151,8 @@ def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: di
         elif claim != before[run_id]:
             tx.conn.execute("UPDATE cronctl_runs SET claim = %s, state = %s, pid = %s, pid_start = %s,"
                             " dispatched_at = %s, lease_expires_at = %s WHERE run_id = %s",
-                            (Jsonb(claim), _live_state(claim), *_child(claim), from_iso(claim.get("started_at")),
-                             from_iso(claim.get("lease_until")), run_id))
+                            (Jsonb(claim, dumps=dumps), _live_state(claim), *_child(claim),
+                             from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), run_id))
     for run_id in before.keys() - after.keys():
         record = tx.records.get(run_id)
         if record is None:
@@ -161,8 +163,9 @@ def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: di
             " duration_s = %s, output_tail = %s, ended_at = %s, lease_expires_at = NULL, claim = NULL, record = %s"
             " WHERE run_id = %s",
             (record["status"], record.get("reason"), record.get("fault"), record.get("exit_code"),
-             record.get("signal"), record.get("duration"), record.get("output_tail"), from_iso(record["ended_at"]),
-             Jsonb(record), run_id))
+             record.get("signal"), record.get("duration"), tx.tails.get(run_id, _text(record.get("output_tail"))),
+             from_iso(record["ended_at"]),
+             Jsonb(record, dumps=dumps), run_id))
 
 
 def _insert_run(tx: DocTransaction, job: str, entry: dict[str, Any], claim: dict[str, Any]) -> None:
@@ -173,7 +176,12 @@ def _insert_run(tx: DocTransaction, job: str, entry: dict[str, Any], claim: dict
         (claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
          entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
          tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
-         from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim)))
+         from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim, dumps=dumps)))
+
+
+def _text(value: str | None) -> str | None:
+    """A text column refuses NUL: it becomes U+FFFD, as in the jsonb columns (audit.dumps)."""
+    return value.replace("\x00", "\ufffd") if value else value
 
 
 def _live_state(claim: dict[str, Any]) -> str:

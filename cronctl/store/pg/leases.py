@@ -13,6 +13,7 @@ clock by its distance from the caller's clock, so hosts' clocks do not matter (M
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -176,6 +177,9 @@ class PgLeaseStore:
                     tx.doc["jobs"][job]["state"].pop("blocked", None)
                 if done.record is not None:
                     done.record["log"] = end.log
+                    tail = log_tail(end.log)
+                    if tail is not None:
+                        tx.tails[end.run_id] = tail
                 tx.events.extend(done.events)
                 tx.keep_record(done.record)
                 done_list.append((end, done))
@@ -383,3 +387,20 @@ def _observe_all(doc: dict[str, Any], lateness: list[float]) -> None:
     for seconds in lateness:
         claims_mod.observe_lateness(doc, seconds)
 
+
+# SPEC §9: at least 64 KiB of each run's output is kept with the run, for hosts without its log.
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+def log_tail(log: str | None) -> str | None:
+    """The last 64 KiB of a run's local log (None without one): the history record keeps
+    only the supervisor's short tail, the run's row this longer one."""
+    if not log:
+        return None
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - OUTPUT_TAIL_BYTES))
+            return f.read().decode(errors="replace").replace("\x00", "\ufffd")  # text columns refuse NUL
+    except OSError:
+        return None
