@@ -162,12 +162,22 @@ def stop(data_dir: Path) -> None:
 
 def restart(server: Server, mode: str = "fast", down_s: float = 0.0) -> None:
     """Stop the server (`fast` or `immediate`: a crash), stay down `down_s`, start it again on its port."""
-    bindir, user = find_bindir(), _run_as()
-    _check([str(bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(server.data_dir)], user, "pg_ctl stop")
+    shut_down(server, mode)
     time.sleep(down_s)
+    start_again(server)
+
+
+def shut_down(server: Server, mode: str = "fast") -> None:
+    """Stop the server, keeping its data directory (`start_again` brings it back)."""
+    _check([str(find_bindir() / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(server.data_dir)], _run_as(),
+           "pg_ctl stop")
+
+
+def start_again(server: Server) -> None:
+    """Start a server `shut_down` stopped, on the port it had."""
     options = " ".join((f"-p {server.port}", f"-k {server.data_dir}", *SERVER_SETTINGS, *NO_FLUSH_SETTINGS))
-    _check([str(bindir / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(server.data_dir),
-            "-l", str(server.data_dir / "server.log"), "-o", options], user, "pg_ctl start")
+    _check([str(find_bindir() / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(server.data_dir),
+            "-l", str(server.data_dir / "server.log"), "-o", options], _run_as(), "pg_ctl start")
 
 
 def must_fail_without_server(env: dict[str, str] | os._Environ[str]) -> bool:

@@ -209,3 +209,39 @@ def test_a_runs_long_output_tail_is_kept_with_it_even_with_a_nul(tmp_path: Path,
     state, tail, record = rows(store_url, "SELECT state, output_tail, record FROM cronctl_runs")[0]
     assert state == "success" and record["status"] == "success"
     assert len(tail.encode()) >= 64 * 1024 and tail.endswith("\ufffdEND")  # NUL: U+FFFD, never a refused write
+
+
+def test_a_loop_cut_off_from_the_database_ends_its_runs_before_their_leases_run_out(tmp_path: Path) -> None:
+    """Self-fence (SPEC §9): no renewal is possible, so the run is ended before another host
+    could reclaim it and start the job again; recorded when the database is back."""
+    try:
+        server = pgserver.start()
+    except pgserver.ServerUnavailable as exc:
+        if pgserver.must_fail_without_server(os.environ):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    oracle = tmp_path / "oracle.txt"
+    try:
+        seed(server.url, tmp_path, HOURLY_LONG.format(oracle=oracle))
+        loop = start_host_loop(tmp_path / "a", server.url, "host-a", "--lease", "4s")
+        try:
+            wait_until(lambda: one(server.url, "SELECT count(*) FROM cronctl_loops"), timeout=60)
+            assert run_cli(tmp_path / "b", server.url, "host-b", "force-run", "long").returncode == 0
+            run_id = wait_until(lambda: _running_run(server.url, "host-a"), timeout=30)
+            wait_until(lambda: processes_with_run_id(run_id), timeout=30)
+            pgserver.shut_down(server, "fast")
+            cut = time.monotonic()
+            wait_until(lambda: not processes_with_run_id(run_id), timeout=30)
+            assert time.monotonic() - cut < 4.0 + 1.0  # within the lease of its last renewal
+            pgserver.start_again(server)
+            state = wait_until(lambda: one(server.url, "SELECT state FROM cronctl_runs WHERE run_id = %s"
+                                                       " AND state NOT IN ('claimed', 'running')", run_id),
+                               timeout=60)
+            assert state == "killed"
+        finally:
+            assert stop(loop) == 0
+        assert "self-fence" in (tmp_path / "a" / "loop.log").read_text()
+        reason = one(server.url, "SELECT record ->> 'reason' FROM cronctl_runs WHERE run_id = %s", run_id)
+        assert reason == "self_fenced"
+    finally:
+        pgserver.stop(server.data_dir)
