@@ -9,7 +9,7 @@ store caches.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronctl.clock import Clock
 from cronctl.context import Context
@@ -18,12 +18,16 @@ from cronctl.ops.metrics import metrics_for
 from cronctl.ops.status import StatusReport, status, status_json
 from cronctl.paths import Paths
 
+if TYPE_CHECKING:
+    from cronctl.store.pg.connect import StoreUrl
 
-def probe_routes(paths: Paths, clock: Clock) -> dict[str, Route]:
+
+def probe_routes(paths: Paths, clock: Clock, store_url: StoreUrl | None = None) -> dict[str, Route]:
+    """On the loop's store: the JSON home, or (`store_url`) PostgreSQL, where /healthz judges every loop."""
     # The content type that goes with the text generate_latest() writes.
     from prometheus_client import CONTENT_TYPE_LATEST
 
-    ctx = Context.open(paths.home, clock=clock)
+    ctx = Context.open(paths.home, clock=clock, store_url=store_url)
     return {
         "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE_LATEST),
         "/healthz": lambda: healthz(status(ctx)),

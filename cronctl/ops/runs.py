@@ -286,7 +286,7 @@ def run_loop(ctx: Context, options: LoopOptions) -> int:
     from cronctl.ops.probes import probe_routes
 
     hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
-                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock))
+                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url))
     return Scheduler(ctx, options, hooks=hooks).run()
 
 
