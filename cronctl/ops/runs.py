@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cronctl.context import Context
-from cronctl.errors import ConflictError, CronctlError, JobNotFoundError
+from cronctl.errors import ConflictError, CronctlError, JobNotFoundError, StoreError
 from cronctl.jobs.state import get_entry
 from cronctl.loop import control
 from cronctl.loop.heartbeat import LoopStatus, loop_alive, loop_status
@@ -211,8 +211,10 @@ def _kill_here(ctx: Context, claim: RunClaim) -> bool:
 
 def run_loop(ctx: Context, options: LoopOptions) -> int:
     """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks."""
-    if ctx.on_postgres:  # before the loop writes a row or a heartbeat anywhere
-        ctx.store.read()  # RefusingStore: says which store and what works on it, exit 1
+    if ctx.store_url is not None:  # before the loop writes a row or a heartbeat anywhere
+        raise StoreError(f"'cronctl run' does not work on the PostgreSQL store ({ctx.store_url.shown}) yet; "
+                         "run it without --store and $CRONCTL_STORE to use the JSON store of the home "
+                         "(every other command works on PostgreSQL)")
     # Imported here: the loop's modules are needed by `run` alone, not by history or logs.
     from cronctl.loop.scheduler import FileApplied, LoopHooks, Scheduler
     from cronctl.ops.definitions import apply_file

@@ -4,10 +4,9 @@
 store of the home, as always. The URL's password is shown nowhere (`StoreUrl`).
 
 With PostgreSQL selected, the run path and the read views go through `PgLeaseStore`,
-and the audit log is the database's (`PgAuditLog`), over one connection (`PgSession`).
-What still reads or writes the home's JSON document directly (defining and editing
-jobs, doctor, the loop) is refused with a message instead of silently using another
-store than the one asked for: `RefusingStore` stands in for the document.
+what works on the document (defining and editing jobs, doctor, metrics) through
+`PgDocStore` (store/pg/docstore.py), and the audit log is the database's (`PgAuditLog`),
+all over one connection (`PgSession`). The home keeps this host's files only (run logs).
 """
 
 from __future__ import annotations
@@ -15,20 +14,19 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from datetime import timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from cronctl.clock import Clock
-from cronctl.errors import CronctlError, StoreError
+from cronctl.errors import CronctlError
 from cronctl.paths import Paths
 from cronctl.store.audit import AuditLog, now_ms_iso, tell_listeners
-from cronctl.store.jsonstore import Document, Store
 from cronctl.timefmt import from_iso, to_iso
 
 if TYPE_CHECKING:
     from cronctl.store.pg.connect import Connection, StoreUrl
+    from cronctl.store.pg.docstore import PgDocStore
     from cronctl.store.pg.leases import PgLeaseStore
 
 STORE_ENV = "CRONCTL_STORE"
@@ -60,6 +58,14 @@ class PgSession:
             ensure_schema(conn)
             self._conn = conn
         return self._conn
+
+
+def open_pg_document_store(session: PgSession, paths: Paths) -> PgDocStore:
+    """The JSON store's document API over the database's rows."""
+    from cronctl.store.pg.docstore import PgDocStore
+    from cronctl.store.pg.identity import host_id
+
+    return PgDocStore(paths, session, host_id())
 
 
 def open_pg_lease_store(session: PgSession, paths: Paths, clock: Clock) -> PgLeaseStore:
@@ -121,31 +127,3 @@ def psycopg_error() -> type[Exception]:
     import psycopg
 
     return psycopg.Error
-
-
-class RefusingStore(Store):
-    """The home's JSON document, refused: this invocation's store is PostgreSQL."""
-
-    def __init__(self, paths: Paths, url: StoreUrl) -> None:
-        super().__init__(paths)
-        self.url = url
-
-    def read(self) -> Document:
-        self._refuse()
-
-    def read_if_changed(self, since: Any) -> NoReturn:
-        self._refuse()
-
-    @contextmanager
-    def transaction(self) -> Iterator[Document]:
-        self._refuse()
-        yield  # pragma: no cover - never reached
-
-    def restore_backup(self) -> NoReturn:  # doctor --repair: never touch the home's files instead
-        self._refuse()
-
-    def _refuse(self) -> NoReturn:
-        raise StoreError(f"this command does not work on the PostgreSQL store ({self.url.shown}) yet; "
-                         "run it without --store and $CRONCTL_STORE to use the JSON store of the home "
-                         "(list, show, status and history read PostgreSQL; "
-                         "'cronctl store import-json' fills it)")

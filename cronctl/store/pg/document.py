@@ -59,6 +59,22 @@ class DocTransaction:
         if record is not None:
             self.records[str(record["run_id"])] = record
 
+    def was(self, name: str) -> dict[str, Any] | None:
+        """Job `name` as this transaction read it; None: it was not there."""
+        before = self._before.get(name)
+        return None if before is None else dict(json.loads(before))
+
+    def changed(self, name: str, entry: dict[str, Any]) -> bool:
+        return dump(entry) != self._before.get(name)
+
+    def saved(self, name: str, entry: dict[str, Any]) -> None:
+        """Job `name` was written whole by the caller: `save_jobs` leaves it."""
+        self._before[name] = dump(entry)
+
+    @property
+    def names_read(self) -> set[str]:
+        return set(self._before)
+
 
 @contextmanager
 def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str, Any], *,
@@ -71,20 +87,26 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
     """
     with short_transaction(conn):
         jobs = load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
-        # The instant once the locks are held: a decision is judged when it is taken, not before a wait.
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-        assert row is not None
-        tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
+        tx = begin(conn, host_id, jobs)
         if meta:
-            tx.doc.update(_load_meta(conn, host_id))
-        tx._before = {name: _dump(entry) for name, entry in tx.doc["jobs"].items()}
-        meta_before = {key: _dump(tx.doc.get(key)) for key in META_KEYS}
+            tx.doc.update(load_meta(conn, host_id))
+        meta_before = {key: dump(tx.doc.get(key)) for key in META_KEYS}
         yield tx
-        _save_jobs(tx)
+        save_jobs(tx)
         if meta:
-            _save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
-                              if _dump(tx.doc.get(key)) != meta_before[key]})
+            save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
+                                      if dump(tx.doc.get(key)) != meta_before[key]})
         write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
+
+
+def begin(conn: Connection, host_id: str, jobs: dict[str, Any]) -> DocTransaction:
+    """The document of the job rows just locked, remembered as read (what `save_jobs` compares with)."""
+    # The instant once the locks are held: a decision is judged when it is taken, not before a wait.
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
+    tx._before = {name: dump(entry) for name, entry in jobs.items()}
+    return tx
 
 
 def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | None) -> dict[str, Any]:
@@ -109,7 +131,7 @@ def meta_key(key: str, host_id: str) -> str:
     return f"{key}@{host_id}"
 
 
-def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
+def load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
     keys = [meta_key(key, host_id) for key in META_KEYS]
     conn.execute("INSERT INTO cronctl_meta (key) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (keys,))
     rows = conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
@@ -117,20 +139,23 @@ def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
     return {key.split("@", 1)[0]: value for key, value in rows if value}
 
 
-def _save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
+def save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
     for key, value in changed.items():
         conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s", (Jsonb(value), meta_key(key, host_id)))
 
 
-def _save_jobs(tx: DocTransaction) -> None:
+def save_jobs(tx: DocTransaction) -> None:
+    """Each changed job's state and claims, of rows that exist (a job new to this
+    transaction is inserted by the caller first: its claims before are none)."""
     for name, entry in tx.doc["jobs"].items():
-        if _dump(entry) == tx._before.get(name):
+        if not tx.changed(name, entry):
             continue
         state = dict(entry["state"])
         claims: dict[str, Any] = state.get("claims") or {}
         if "claims" in state:
             state["claims"] = {}  # the key stays, as the JSON document keeps it; the claims are runs rows
-        before = json.loads(tx._before[name])["state"].get("claims") or {}
+        was = tx.was(name)
+        before = (was["state"].get("claims") or {}) if was is not None else {}
         _save_claims(tx, name, entry, before, claims)
         tx.conn.execute(
             "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
@@ -192,5 +217,6 @@ def audit_row(event: Event) -> AuditRow:
                     details=details)
 
 
-def _dump(value: Any) -> str:
+def dump(value: Any) -> str:
+    """The text two versions of a value are compared by."""
     return json.dumps(value, sort_keys=True, default=str)
