@@ -147,10 +147,12 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
 
 
 def _liveness(ctx: Context) -> Liveness:
+    """On PostgreSQL a run of another host is judged by its lease, never by a pid of this host."""
     from cronctl.loop.heal import Liveness
-    from cronctl.proc.liveness import lease_checker
+    from cronctl.ops.liveness import judges
 
-    return Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
+    alive, expired = judges(ctx)
+    return Liveness(owner_alive=alive, lease_expired=expired, monotonic=ctx.clock.monotonic)
 
 
 def _cli_owner() -> Owner:

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
@@ -101,6 +102,26 @@ class PgSignature:
     meta: str
 
 
+@dataclass(frozen=True)
+class LoopRow:
+    """One loop of the database as doctor shows it."""
+
+    host: str
+    pid: int
+    heartbeat_age_s: float  # on the database clock
+    stopped: bool
+
+
+@dataclass(frozen=True)
+class PgHealth:
+    """What doctor reads of the database besides the document."""
+
+    schema_version: int
+    db_now: datetime
+    loops: list[LoopRow]
+    audit_bytes: int
+
+
 class PgDocStore(Store):
     """`Store` over the PostgreSQL store's rows (see the module doc)."""
 
@@ -136,6 +157,29 @@ class PgDocStore(Store):
             if signature == since:
                 return None, signature
             return self._assemble(load_jobs(conn, "true", {}, None), summed_meta(conn)), signature
+
+    def health(self) -> PgHealth:
+        """The schema version, the loops (the last heartbeat of each host's latest ones) and the audit's size."""
+        from cronctl.store.pg.schema import schema_version
+
+        with self._snapshot() as conn:
+            version = schema_version(conn)
+            row = conn.execute("SELECT clock_timestamp(), pg_total_relation_size('cronctl_audit')").fetchone()
+            assert row is not None
+            loops = conn.execute(
+                "SELECT host_id, pid, extract(epoch FROM clock_timestamp() - heartbeat_at), stopped_at IS NOT NULL"
+                " FROM cronctl_loops WHERE stopped_at IS NULL OR stopped_at > clock_timestamp() - interval '1 day'"
+                " ORDER BY host_id, started_at").fetchall()
+        return PgHealth(version, row[0], [LoopRow(host, int(pid), float(age), bool(stopped))
+                                          for host, pid, age, stopped in loops], int(row[1]))
+
+    def db_now(self) -> datetime:
+        """The database clock now: what leases on PostgreSQL are judged by."""
+        with self._snapshot() as conn:
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
+        when: datetime = row[0]
+        return when
 
     @contextmanager
     def _snapshot(self) -> Iterator[Connection]:
