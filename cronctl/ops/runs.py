@@ -33,15 +33,36 @@ def run_history(ctx: Context, job: str | None, count: int) -> list[dict[str, Any
     return ctx.leases.history(job, count)
 
 
+@dataclass(frozen=True)
+class StoredTail:
+    """A run's output as the PostgreSQL store keeps it: the tail, and the host whose home has the whole log."""
+
+    text: str
+    host: str | None
+
+
 def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
-    """(run_id, path) of the asked run, else of the newest run (running or finished)."""
+    """(run_id, path) of the asked run, else of the newest run (running or finished).
+
+    On PostgreSQL a run of another host has its log there: then its stored tail (`StoredTail`).
+    """
     if run_id is None:
         run_id = _newest_run_id(ctx, job)
     path = ctx.paths.run_log(job, run_id)
     if not path.exists():
+        tail = _stored_tail(ctx, job, run_id) if ctx.on_postgres else None
+        if tail is not None:
+            return run_id, tail
         raise CronctlError(f"no log for run {run_id} of job '{job}' "
                            f"(logs of the last {history.LOGS_KEPT} runs are kept)")
     return run_id, path
+
+
+def _stored_tail(ctx: Context, job: str, run_id: str) -> StoredTail | None:
+    record = next((r for r in ctx.leases.history(job) if r.get("run_id") == run_id), None)
+    if record is None:
+        return None
+    return StoredTail(str(record.get("output_tail") or ""), record.get("host"))
 
 
 def _newest_run_id(ctx: Context, job: str) -> str:
@@ -104,7 +125,7 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
     while deadline is None or clock.monotonic() < deadline:
         claim = ctx.leases.find_run(job, run_id)
         if claim is None:
-            record = history.find_record(ctx.paths, job, run_id)
+            record = _find_record(ctx, job, run_id)
             if record is not None:
                 return record
             if unclaimed_since is None:
@@ -139,11 +160,22 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
         engine.record_results()
     if ran is None:
         raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
-    record = ran.record or history.find_record(ctx.paths, name, ran.run_id)
+    record = ran.record or _find_record(ctx, name, ran.run_id)
     if record is None:
         raise CronctlError(f"run {ran.run_id} of '{name}' ended without a record; "
                            f"see 'cronctl audit --job {name}'")
+    if ctx.on_postgres:  # SPEC §9: a run shown in JSON says which host ran it
+        from cronctl.store.pg.identity import host_id
+
+        record = {**record, "host": record.get("host") or host_id()}
     return ForceResult(ran.run_id, False, record)
+
+
+def _find_record(ctx: Context, job: str, run_id: str) -> dict[str, Any] | None:
+    """A run's history record: in the home's history files, or on PostgreSQL in its runs rows."""
+    if not ctx.on_postgres:
+        return history.find_record(ctx.paths, job, run_id)
+    return next((record for record in reversed(ctx.leases.history(job, 20)) if record.get("run_id") == run_id), None)
 
 
 def _liveness(ctx: Context) -> Liveness:
@@ -197,11 +229,21 @@ def kill_job(ctx: Context, name: str) -> list[str]:
             killed.extend(answer.get("run_ids") or [])
             for run_id in killed:
                 wait_for_record(ctx, name, run_id, timeout=60.0)
+    elsewhere = [claim for claim in running if ctx.on_postgres and not _on_this_boot(claim)]
     for claim in running:
-        if claim.run_id not in killed:
+        if claim.run_id not in killed and claim not in elsewhere:
             if _kill_here(ctx, claim):
                 killed.append(claim.run_id)
+    if elsewhere:
+        listed = ", ".join(claim.run_id for claim in elsewhere)
+        raise ConflictError(f"job '{name}': run {listed} runs on another host (or an earlier boot of this one), "
+                            f"whose processes this host cannot end; run 'cronctl kill {name}' there"
+                            + (f" (killed here: {', '.join(killed)})" if killed else ""))
     return killed
+
+
+def _on_this_boot(claim: RunClaim) -> bool:
+    return claim.owner is not None and claim.owner.boot_id == procs.boot_id()
 
 
 def _kill_here(ctx: Context, claim: RunClaim) -> bool:
