@@ -10,12 +10,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from cronctl.clock import SystemClock
+from cronctl.models import RunStatus
+from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
+from cronctl.store.leases import RunEnd
 from cronctl.store.pg.connect import connect, parse_store_url
+from cronctl.store.pg.leases import PgLeaseStore
 from tests.conftest import cronctl_bin, subprocess_env
 
 pytestmark = pytest.mark.timeout(180)
@@ -241,3 +247,71 @@ def test_a_definition_change_bumps_the_spec_version_and_never_moves_last_slot(cl
     with connect(parse_store_url(store_url)) as conn:
         row = conn.execute("SELECT spec_version, last_slot::text, spec->>'every', paused FROM cronctl_jobs").fetchone()
     assert row == (2, "2030-01-01 00:00:00+00", "2h", True)
+
+
+REMOTE = Owner("gen-remote", 4242, 1.0, "a-boot-of-another-host")
+
+
+def remote_run(store_url: str, job: str, lease_s: float, output: str | None = None) -> str:
+    """A run of `job` by a loop on host-b (another boot); ended with `output` when given."""
+    with connect(parse_store_url(store_url)) as conn:
+        leases = PgLeaseStore(conn, "host-b", clock=SystemClock())
+        lease = Lease(0.0, datetime.now(timezone.utc) + timedelta(seconds=lease_s))
+        [run] = leases.claim_force(job, leases.db_now(), REMOTE, lease).claims
+        leases.mark_dispatched(REMOTE, [Dispatched(job, run.run_id, 4242, 1.0, 0.0)], leases.db_now())
+        if output is not None:
+            end = RunEnd(run.run_id, Outcome(RunStatus.SUCCESS, None, exit_code=0, output_tail=output), job)
+            leases.finish_many(REMOTE, [end], leases.db_now())
+    return run.run_id
+
+
+def test_logs_of_a_run_of_another_host_show_its_stored_tail_and_name_the_host(
+        cli: Cli, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRONCTL_STORE", store_url)
+    assert cli("add", "tick", "--every", "1h", "--", "true").code == 0
+    run_id = remote_run(store_url, "tick", 60.0, output="remote says hi\n")
+    shown = cli("logs", "tick")
+    assert (shown.code, shown.out) == (0, "remote says hi\n")
+    assert "host-b" in shown.err and run_id in shown.err
+    assert cli("logs", "tick", "--run", "19990101T000000-00000000").code == 1
+
+
+def test_kill_leaves_a_run_of_another_host_to_that_host(cli: Cli, store_url: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRONCTL_STORE", store_url)
+    assert cli("add", "tick", "--every", "1h", "--", "true").code == 0
+    run_id = remote_run(store_url, "tick", 60.0)
+    refused = cli("kill", "tick")
+    assert refused.code == 1 and "another host" in refused.err and run_id in refused.err
+    assert cli("status", "--json").json()["jobs"][0]["running"] == [run_id]
+
+
+@pytest.mark.parametrize("lease_s, level", [(60.0, "ok"), (-30.0, "action")])
+def test_doctor_judges_a_run_of_another_host_by_its_lease(cli: Cli, store_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                          lease_s: float, level: str) -> None:
+    monkeypatch.setenv("CRONCTL_STORE", store_url)
+    assert cli("add", "tick", "--every", "1h", "--", "true").code == 0
+    run_id = remote_run(store_url, "tick", lease_s)
+    found = cli("doctor", "--json")
+    claims = [f for f in found.json()["findings"] if f["check"] == "claims"]
+    assert [f["level"] for f in claims] == [level]
+    if level == "action":
+        assert run_id in claims[0]["message"] and "lease expired" in claims[0]["message"] and found.code == 1
+
+
+def test_force_run_takes_over_a_dead_run_of_another_host_but_never_a_live_one(
+        cli: Cli, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRONCTL_STORE", store_url)
+    assert cli("add", "tick", "--every", "1h", "--", "true").code == 0
+    live = remote_run(store_url, "tick", 60.0)
+    busy = cli("force-run", "tick")
+    assert busy.code == 1 and "is running" in busy.err
+    assert cli("status", "--json").json()["jobs"][0]["running"] == [live]
+    with connect(parse_store_url(store_url)) as conn:  # its lease ran out long ago: host-b is gone
+        conn.execute("UPDATE cronctl_runs SET claim = jsonb_set(claim, '{lease_until}', "
+                     "'\"2000-01-01T00:00:00.000+00:00\"') WHERE run_id = %s", (live,))
+        conn.commit()
+    taken = cli("force-run", "tick", "--wait")
+    assert taken.code == 0, taken.err
+    statuses = [(run["run_id"] == live, run["status"]) for run in cli("history", "--json").json()["runs"]]
+    assert statuses == [(True, "lost"), (False, "success")]
