@@ -72,8 +72,7 @@ _SIGNATURE = """SELECT j.n, j.stamp, (SELECT max(fence) FROM cronctl_runs),
                   FROM (SELECT count(*) AS n, coalesce(sum(extract(epoch FROM updated_at)), 0) AS stamp
                           FROM cronctl_jobs) AS j"""
 
-_INSERT = """INSERT INTO cronctl_jobs (name, spec, overlap, paused, next_run_at, wake_at, state)
-             VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+_COPY = "COPY cronctl_jobs (name, spec, overlap, paused, next_run_at, wake_at, state) FROM STDIN"
 _UPDATE_SPEC = """UPDATE cronctl_jobs SET spec = %s, overlap = %s, spec_version = spec_version + 1,
                       updated_at = clock_timestamp() WHERE name = %s"""
 # A removed job's runs still in flight (`remove --force` ended their processes): ended, so no
@@ -276,8 +275,10 @@ def _insert_jobs(tx: DocTransaction, names: list[str]) -> None:
             tx.saved(name, entry)  # written whole here: nothing left for `save_jobs`
         rows.append((name, Jsonb(spec_of(entry)), _overlap(entry), bool(entry.get("paused") or state.get("paused")),
                      from_iso(state.get("next_run_at")), wake_at(state), Jsonb(state)))
-    with tx.conn.cursor() as cur:
-        cur.executemany(_INSERT, rows)
+    # COPY: one stream for any number of rows (`apply -f` of 10,000 jobs), not a round trip each.
+    with tx.conn.cursor() as cur, cur.copy(_COPY) as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def spec_of(entry: dict[str, Any]) -> dict[str, Any]:
