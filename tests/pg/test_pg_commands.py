@@ -23,6 +23,7 @@ from cronctl.store.leases import RunEnd
 from cronctl.store.pg.connect import connect, parse_store_url
 from cronctl.store.pg.leases import PgLeaseStore
 from tests.conftest import cronctl_bin, subprocess_env
+from tests.pg.test_pg_cli import with_password
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -147,8 +148,10 @@ def test_every_command_answers_on_postgres_as_on_the_json_store(cli: Cli, store_
     json_audit, json_doctor = audit_events(cli), doctor_levels(cli)
 
     monkeypatch.setenv("CRONCTL_HOME", str(pg_home))
-    monkeypatch.setenv("CRONCTL_STORE", store_url)
+    monkeypatch.setenv("CRONCTL_STORE", with_password(store_url))  # the test server takes any password
     on_pg = session(cli, jobs_file)
+    everything = "".join(out + err for _, _, out, err in on_pg) + json.dumps(cli("audit", "--json").json())
+    assert "s3cret-pw" not in everything + cli("doctor").out
 
     for (args, *json_answer), (_, *pg_answer) in zip(on_json, on_pg, strict=True):
         assert pg_answer == json_answer, (args, _diff(str(json_answer), str(pg_answer)))
@@ -157,6 +160,8 @@ def test_every_command_answers_on_postgres_as_on_the_json_store(cli: Cli, store_
                       (("edit", "nope"), 1), (("add", "bad"), 1)]  # force-run --wait: the run's own code
     assert audit_events(cli) == json_audit
     assert doctor_levels(cli) == json_doctor
+    repaired = cli("doctor", "--repair", "--json")  # nothing to restore here, no orphan: nothing done
+    assert (repaired.code, repaired.json()["repaired"]) == (0, [])
     assert not (pg_home / "jobs.json").exists()  # the database is the store; the home keeps run logs
 
 
