@@ -192,3 +192,11 @@ def test_a_definitions_transaction_and_a_loops_lease_operation_wait_for_each_oth
     loop.join(20)
     assert len(claimed) == 1
     assert docstore.read()["jobs"]["a"]["state"]["paused"] is True
+
+
+def test_a_read_inside_a_transaction_sees_that_transaction(docstore: PgDocStore) -> None:
+    add(docstore, "tick")
+    with docstore.transaction() as doc:
+        doc["jobs"]["other"] = entry_from(JobSpec(name="other", command="true", every=60.0), new_state(NOW, NOW))
+        assert list(docstore.read()["jobs"]) == ["tick"]  # not written yet: the body's document is its own
+    assert list(docstore.read()["jobs"]) == ["other", "tick"]

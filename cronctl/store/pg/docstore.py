@@ -185,9 +185,13 @@ class PgDocStore(Store):
         """A read-only transaction that sees one instant of every table (jobs, runs, meta)."""
         try:
             conn = self.session.conn()
-            with self.session.lock, conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                yield conn
+            with self.session.lock:
+                # Inside a transaction of this session (a read in a `transaction()` body) it sees that one.
+                fresh = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                with conn.transaction():
+                    if fresh:
+                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    yield conn
         except psycopg.Error as exc:
             self._fail("cannot read", exc)
 
