@@ -53,6 +53,10 @@ def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
         tail = _stored_tail(ctx, job, run_id) if ctx.on_postgres else None
         if tail is not None:
             return run_id, tail
+        live = ctx.leases.find_run(job, run_id) if ctx.on_postgres else None
+        if live is not None and not _on_this_boot(live):
+            raise CronctlError(f"run {run_id} of job '{job}' is running on another host: its log is in the home "
+                               "there; the store keeps its tail once it ends ('cronctl logs' shows it then)")
         raise CronctlError(f"no log for run {run_id} of job '{job}' "
                            f"(logs of the last {history.LOGS_KEPT} runs are kept)")
     return run_id, path

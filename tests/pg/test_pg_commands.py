@@ -279,6 +279,9 @@ def test_logs_of_a_run_of_another_host_show_its_stored_tail_and_name_the_host(
     assert (shown.code, shown.out) == (0, "remote says hi\n")
     assert "host-b" in shown.err and run_id in shown.err
     assert cli("logs", "tick", "--run", "19990101T000000-00000000").code == 1
+    running = remote_run(store_url, "tick", 60.0)
+    elsewhere = cli("logs", "tick")
+    assert elsewhere.code == 1 and f"run {running} of job 'tick' is running on another host" in elsewhere.err
 
 
 def test_kill_leaves_a_run_of_another_host_to_that_host(cli: Cli, store_url: str,
