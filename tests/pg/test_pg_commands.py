@@ -323,3 +323,14 @@ def test_force_run_takes_over_a_dead_run_of_another_host_but_never_a_live_one(
     assert taken.code == 0, taken.err
     statuses = [(run["run_id"] == live, run["status"]) for run in cli("history", "--json").json()["runs"]]
     assert statuses == [(True, "lost"), (False, "success")]
+
+
+@pytest.mark.slow
+def test_concurrent_adds_of_one_name_land_once_and_the_other_is_told(store_url: str, tmp_path: Path) -> None:
+    env = {**subprocess_env(tmp_path / "home"), "CRONCTL_STORE": store_url}
+    procs = [subprocess.Popen([*cronctl_bin(), "add", "same", "--every", f"{minutes}m", "--", "true"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for minutes in (5, 7)]
+    answers = [proc.communicate(timeout=60) for proc in procs]
+    assert sorted(proc.returncode for proc in procs) == [0, 1], answers
+    assert any("job 'same' already exists" in err for _, err in answers)
+    assert [row[0] for row in rows(store_url)] == ["same"]
