@@ -334,3 +334,25 @@ def test_concurrent_adds_of_one_name_land_once_and_the_other_is_told(store_url: 
     assert sorted(proc.returncode for proc in procs) == [0, 1], answers
     assert any("job 'same' already exists" in err for _, err in answers)
     assert [row[0] for row in rows(store_url)] == ["same"]
+
+
+@pytest.mark.slow
+def test_every_json_output_on_postgres_matches_its_schema(cli: Cli, store_url: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_json_schemas import check
+
+    monkeypatch.setenv("CRONCTL_STORE", store_url)
+    jobs_file = tmp_path / "jobs.yaml"
+    jobs_file.write_text(FILE_V1)
+    assert cli("apply", "-f", str(jobs_file)).code == 0
+    outputs = {
+        "force-run": cli("force-run", "alpha", "--wait", "--json"),
+        "list": cli("list", "--json"), "job": cli("show", "alpha", "--json"), "status": cli("status", "--json"),
+        "history": cli("history", "--json"), "next": cli("next", "-n", "3", "--json"),
+        "apply": cli("apply", "-f", str(jobs_file), "--dry-run", "--json"), "audit": cli("audit", "--json"),
+        "doctor": cli("doctor", "--json"),
+    }
+    for name, result in outputs.items():
+        assert result.code in (0, 1), (name, result.err)
+        check(name, result.json())
+    assert outputs["force-run"].json()["run"]["host"] and outputs["history"].json()["runs"][0]["host"]
