@@ -11,12 +11,15 @@ all over one connection (`PgSession`). The home keeps this host's files only (ru
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from collections.abc import Iterator, Mapping
 from datetime import timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from cronctl.clock import Clock
 from cronctl.errors import CronctlError
@@ -55,9 +58,29 @@ class PgSession:
             from cronctl.store.pg.schema import ensure_schema
 
             conn = connect(self.url)
+            _fast_json_loads(conn)
             ensure_schema(conn)
             self._conn = conn
         return self._conn
+
+
+def _fast_json_loads(conn: Connection) -> None:
+    """jsonb values parsed by msgspec (a read of 10,000 jobs parses 20,000 of them)."""
+    from psycopg.types.json import set_json_loads
+
+    set_json_loads(_json_loads, conn)
+
+
+_decode_json = msgspec.json.Decoder().decode
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """msgspec's parse (a module function: psycopg keeps one per connection); what msgspec
+    refuses, json.loads parses as psycopg always did."""
+    try:
+        return _decode_json(data)
+    except msgspec.DecodeError:
+        return json.loads(data)
 
 
 def open_pg_document_store(session: PgSession, paths: Paths) -> PgDocStore:
