@@ -36,7 +36,7 @@ from typing import Any, NoReturn, Protocol
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cronctl.errors import CronctlError, StoreError
+from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.paths import Paths
 from cronctl.store.jsonstore import CURRENT_VERSION, Document, Store
@@ -240,8 +240,7 @@ class PgDocStore(Store):
                          "its durability is the database's (pg_dump, replication)")
 
     def _fail(self, doing: str, exc: psycopg.Error) -> NoReturn:
-        if isinstance(exc, CronctlError):  # pragma: no cover - psycopg errors are never ours
-            raise exc
+        """A database error in words, naming the store (password hidden); the transaction rolled back."""
         raise StoreError(f"{doing} the PostgreSQL store {self.url.shown}: "
                          f"{self.url.redact(str(exc).strip())}; nothing was changed") from None
 
