@@ -291,6 +291,7 @@ def test_kill_leaves_a_run_of_another_host_to_that_host(cli: Cli, store_url: str
     run_id = remote_run(store_url, "tick", 60.0)
     refused = cli("kill", "tick")
     assert refused.code == 1 and "another host" in refused.err and run_id in refused.err
+    assert cli("show", "tick", "--json").json()["state"]["claims"][run_id]["host"] == "host-b"
     assert cli("status", "--json").json()["jobs"][0]["running"] == [run_id]
 
 

@@ -113,16 +113,19 @@ def begin(conn: Connection, host_id: str, jobs: dict[str, Any]) -> DocTransactio
 def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | None) -> dict[str, Any]:
     """Job entries as the JSON document holds them (claims from the live runs), by name.
 
-    `where` and `lock` (None, or a FOR UPDATE clause) are this package's constants.
+    `where` and `lock` (None, or a FOR UPDATE clause) are this package's constants. A read
+    (no lock) shows each claim with the `host` that holds it (SPEC §9: `host` wherever a run
+    is shown); a transaction's document keeps the claims as stored, to compare and write back.
     """
     rows = conn.execute(f"SELECT name, spec, state FROM cronctl_jobs WHERE {where} ORDER BY name {lock or ''}",
                         params).fetchall()
     jobs: dict[str, Any] = {name: {**spec, "state": dict(state)} for name, spec, state in rows}
     if jobs:
-        for job, run_id, claim in conn.execute(
-                "SELECT job, run_id, claim FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
+        for job, run_id, claim, host in conn.execute(
+                "SELECT job, run_id, claim, host_id FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
                 " AND claim IS NOT NULL ORDER BY fence", (list(jobs), _LIVE_STATES)):
-            jobs[job]["state"].setdefault("claims", {})[run_id] = claim
+            shown = {**claim, "host": host} if lock is None and host else claim
+            jobs[job]["state"].setdefault("claims", {})[run_id] = shown
     return jobs
 
 
