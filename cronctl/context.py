@@ -49,14 +49,14 @@ class Context:
     @classmethod
     def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0,
              store_url: StoreUrl | None = None) -> Context:
-        """`store_url` selects PostgreSQL: then the home's JSON document is refused, not used."""
+        """`store_url` selects PostgreSQL: its rows are the document; the home keeps this host's run logs."""
         paths = open_home(home)
         clock = clock or SystemClock()
         if store_url is not None:
-            from cronctl.store.backends import PgAuditLog, PgSession, RefusingStore
+            from cronctl.store.backends import PgAuditLog, PgSession, open_pg_document_store
 
             pg = PgSession(store_url)
-            return cls(paths=paths, store=RefusingStore(paths, store_url), audit=PgAuditLog(pg, paths.audit, clock),
+            return cls(paths=paths, store=open_pg_document_store(pg, paths), audit=PgAuditLog(pg, paths.audit, clock),
                        clock=clock, store_url=store_url, pg=pg)
         return cls(
             paths=paths,

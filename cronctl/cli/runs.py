@@ -192,6 +192,11 @@ def logs(
 
     ctx = open_context()
     found_id, path = log_path(ctx, name, run_id)
+    if not isinstance(path, Path):  # PostgreSQL: a run of another host, its stored tail
+        sys.stdout.write(path.text)
+        print(f"cronctl: run {found_id} ran on host {path.host}: this is the tail the store keeps; "
+              "the whole log is in the home there", file=sys.stderr)
+        return
     _print_log(ctx, name, found_id, path, follow)
 
 

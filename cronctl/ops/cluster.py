@@ -12,14 +12,12 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cronctl.context import Context
 from cronctl.errors import ConflictError, CronctlError
 
 if TYPE_CHECKING:
-    from cronctl.loop.heal import Liveness
     from cronctl.loop.heartbeat import LoopStatus
     from cronctl.store.pg.leases import PgLeaseStore
     from cronctl.store.pg.loops import LoopRow
@@ -138,19 +136,3 @@ def _wait_answer(ctx: Context, request_id: int, may_withdraw: bool = True) -> st
                            "withdrawn (nothing will run for it); see 'cronctl status'")
     raise CronctlError(f"a loop took request {request_id} but did not answer; see 'cronctl status' and "
                        "'cronctl audit'")
-
-
-def db_now(ctx: Context) -> datetime:
-    return _leases(ctx).db_now()
-
-
-def cli_liveness(ctx: Context) -> Liveness:
-    """Owners and leases as a loop judges them across hosts, for commands that reclaim
-    (force-run's release of dead claims, resume): another host's pid is never judged here."""
-    from cronctl.loop.cluster import cluster_liveness
-    from cronctl.proc.identity import boot_id
-    from cronctl.store.pg.identity import host_id
-
-    skew = db_now(ctx) - ctx.clock.now()
-    return cluster_liveness(host_id(), boot_id(), lambda: ctx.clock.now() + skew, ctx.clock.monotonic)
-

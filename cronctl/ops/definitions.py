@@ -408,9 +408,8 @@ def resume_jobs(ctx: Context, names: list[str] | None) -> list[ResumeResult]:
         targets = sorted(doc["jobs"]) if names is None else names
         for name in targets:
             results.append(_resume_entry(doc, name, now))
-    for result in results:
-        ctx.audit.append(AuditEvent.JOB_RESUMED, job=result.name, cleared=result.cleared,
-                         next_run_at=result.next_run_at)
+    ctx.audit.append_many([(AuditEvent.JOB_RESUMED, {"job": result.name, "cleared": result.cleared,
+                                                      "next_run_at": result.next_run_at}) for result in results])
     return results
 
 

@@ -34,6 +34,8 @@ class Finding:
 
 
 def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
+    if getattr(store, "postgres", False):
+        return _examine_postgres(paths, store)
     findings = [_check_store(paths, store), *_check_jobs(paths, store), *_check_locks(paths)]
     findings.append(_check_loop(paths, store, now))
     findings.extend(_check_claims(store))
@@ -73,8 +75,9 @@ def _check_jobs(paths: Paths, store: Store) -> list[Finding]:
     for name in sorted(jobs):
         problem = _entry_problem(jobs[name])
         if problem is not None:
-            out.append(Finding("jobs", "action", problem,
-                               f"edit {paths.store} by hand: fix the field, or remove job '{name}' from it"))
+            fix = (f"cronctl remove {name}, then define it again" if getattr(store, "postgres", False)
+                   else f"edit {paths.store} by hand: fix the field, or remove job '{name}' from it")
+            out.append(Finding("jobs", "action", problem, fix))
     return out or [Finding("jobs", "ok", f"{len(jobs)} stored job(s) read back cleanly")]
 
 
@@ -133,9 +136,10 @@ def _check_loop(paths: Paths, store: Store, now: Any) -> Finding:
     return Finding("loop", "ok", status.reason)
 
 
-def _check_claims(store: Store) -> list[Finding]:
+def _check_claims(store: Store, judges: tuple[Any, Any] | None = None) -> list[Finding]:
     """Claims whose owner died (pid + start time) or whose lease ran out: nothing heals them
-    while no loop runs, and until then the job never fires again."""
+    while no loop runs, and until then the job never fires again. `judges`: (owner_alive,
+    lease_expired), by default those of this host's processes and this boot's leases."""
     from cronctl.loop.heal import Liveness, dead_claims
     from cronctl.proc.liveness import lease_checker, owner_alive
 
@@ -145,7 +149,8 @@ def _check_claims(store: Store) -> list[Finding]:
         return []  # _check_store says why
     # Entries _check_jobs reports as unreadable are left out: doctor reports them, never crashes on them.
     readable = {name: entry for name, entry in jobs.items() if _entry_problem(entry) is None}
-    live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=time.monotonic)
+    alive, expired = judges or (owner_alive, lease_checker())
+    live = Liveness(owner_alive=alive, lease_expired=expired, monotonic=time.monotonic)
     found = dead_claims({"jobs": readable}, live)
     if not found:
         return [Finding("claims", "ok", "every claimed run has a live owner and a current lease")]
@@ -199,6 +204,55 @@ def run_processes(paths: Paths) -> dict[int, str]:
         if paths.run_log(job, run_id).exists():
             found[proc.pid] = run_id
     return found
+
+
+# --- on PostgreSQL ----------------------------------------------------------------------
+
+
+def _examine_postgres(paths: Paths, store: Store) -> list[Finding]:
+    """The database's own checks; the home's files hold only this host's run logs here."""
+    from cronctl.ops.liveness import pg_judges
+    from cronctl.store.pg.docstore import PgDocStore
+
+    assert isinstance(store, PgDocStore)
+    try:
+        health = store.health()
+        jobs = len(store.read()["jobs"])
+    except CronctlError as exc:
+        return [Finding("store", "action", str(exc), "check that the database is up and the URL is right")]
+    findings = [Finding("store", "ok", f"{store.url.shown}: schema version {health.schema_version}, "
+                                       f"{jobs} job(s)"),
+                *_check_jobs(paths, store),
+                Finding("files", "ok", "jobs.json, jobs.lock and scheduler.lock are not used on the PostgreSQL "
+                                       "store: their checks are skipped"),
+                _check_pg_loops(health, jobs),
+                *_check_claims(store, pg_judges(health.db_now)),
+                *_check_orphans(paths, store)]
+    runs, audit = _check_sizes(paths)
+    findings += [runs, Finding("audit", "warn" if health.audit_bytes > AUDIT_WARN_BYTES else "ok",
+                               f"the audit table holds {health.audit_bytes / 1e6:.1f} MB")]
+    findings.append(_check_disk(paths))
+    return findings
+
+
+def _check_pg_loops(health: Any, jobs: int) -> Finding:
+    from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER
+
+    live = [loop for loop in health.loops if not loop.stopped and loop.heartbeat_age_s <= HEARTBEAT_STALE_AFTER]
+    if live:
+        listed = ", ".join(f"host {loop.host} pid {loop.pid} (heartbeat {loop.heartbeat_age_s:.0f}s ago)"
+                           for loop in live)
+        return Finding("loop", "ok", f"{len(live)} loop(s) live on the PostgreSQL store: {listed}")
+    gone = [loop for loop in health.loops if not loop.stopped]
+    if not jobs:
+        return Finding("loop", "ok", "no loop is live on the PostgreSQL store, and no job is defined")
+    fix = "cronctl run, with the same --store or $CRONCTL_STORE, on one host or more"
+    if gone:
+        last = min(gone, key=lambda loop: loop.heartbeat_age_s)
+        return Finding("loop", "action", f"no loop is live on the PostgreSQL store: the last one (host {last.host} "
+                       f"pid {last.pid}) stopped beating {last.heartbeat_age_s:.0f}s ago without stopping cleanly; "
+                       f"{jobs} job(s) are defined", fix)
+    return Finding("loop", "warn", f"no loop is running on the PostgreSQL store; {jobs} job(s) are defined", fix)
 
 
 def _check_sizes(paths: Paths) -> list[Finding]:

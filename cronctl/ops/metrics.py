@@ -27,12 +27,13 @@ JOB_STATES = ("ok", "running", "paused", "failing", "late", "wedged", "completed
 def metrics_for(ctx: Any) -> bytes:
     """The metrics of one home, as any process sees them."""
     from cronctl.loop.heartbeat import loop_status
-    from cronctl.proc.liveness import lease_checker, owner_alive
+    from cronctl.ops.liveness import judges
     from cronctl.store.statefiles import read_json
 
     now = ctx.clock.now()
+    alive, expired = judges(ctx)  # on PostgreSQL a run of another host is judged by its lease
     return render_text(ctx.store.read(), loop_status(ctx.paths, now), read_json(ctx.paths.heartbeat), now,
-                       owner_alive, lease_checker())
+                       alive, expired)
 
 
 def render_text(doc: dict[str, Any], loop: LoopStatus, heartbeat: dict[str, Any] | None, now: datetime,

@@ -15,7 +15,6 @@ from cronctl.loop.heartbeat import LoopStatus, loop_alive, loop_status
 from cronctl.models import AuditEvent, RunStatus
 from cronctl.proc import identity as procs
 from cronctl.proc.kill import kill_run_processes
-from cronctl.proc.liveness import owner_alive
 from cronctl.store import history
 from cronctl.store.claims import Outcome, Owner
 from cronctl.store.leases import RunClaim
@@ -33,15 +32,40 @@ def run_history(ctx: Context, job: str | None, count: int) -> list[dict[str, Any
     return ctx.leases.history(job, count)
 
 
+@dataclass(frozen=True)
+class StoredTail:
+    """A run's output as the PostgreSQL store keeps it: the tail, and the host whose home has the whole log."""
+
+    text: str
+    host: str | None
+
+
 def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
-    """(run_id, path) of the asked run, else of the newest run (running or finished)."""
+    """(run_id, path) of the asked run, else of the newest run (running or finished).
+
+    On PostgreSQL a run of another host has its log there: then its stored tail (`StoredTail`).
+    """
     if run_id is None:
         run_id = _newest_run_id(ctx, job)
     path = ctx.paths.run_log(job, run_id)
     if not path.exists():
+        tail = _stored_tail(ctx, job, run_id) if ctx.on_postgres else None
+        if tail is not None:
+            return run_id, tail
+        live = ctx.leases.find_run(job, run_id) if ctx.on_postgres else None
+        if live is not None and not _on_this_boot(live):
+            raise CronctlError(f"run {run_id} of job '{job}' is running on another host: its log is in the home "
+                               "there; the store keeps its tail once it ends ('cronctl logs' shows it then)")
         raise CronctlError(f"no log for run {run_id} of job '{job}' "
                            f"(logs of the last {history.LOGS_KEPT} runs are kept)")
     return run_id, path
+
+
+def _stored_tail(ctx: Context, job: str, run_id: str) -> StoredTail | None:
+    record = next((r for r in ctx.leases.history(job) if r.get("run_id") == run_id), None)
+    if record is None:
+        return None
+    return StoredTail(str(record.get("output_tail") or ""), record.get("host"))
 
 
 def _newest_run_id(ctx: Context, job: str) -> str:
@@ -108,8 +132,6 @@ def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
     return str(answer["run_id"])
 
 
-# Where --wait looks for a run's record on PostgreSQL: the job's last runs, newest last.
-RECENT_RECORDS = 100
 # How long a run may be without a claim and without a record before --wait gives up:
 # its end is written to the store first, its record just after (or by the next loop).
 UNRECORDED_GRACE = 10.0
@@ -162,27 +184,27 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
     if record is None:
         raise CronctlError(f"run {ran.run_id} of '{name}' ended without a record; "
                            f"see 'cronctl audit --job {name}'")
+    if ctx.on_postgres:  # SPEC §9: a run shown in JSON says which host ran it
+        from cronctl.store.pg.identity import host_id
+
+        record = {**record, "host": record.get("host") or host_id()}
     return ForceResult(ran.run_id, False, record)
 
 
 def _find_record(ctx: Context, job: str, run_id: str) -> dict[str, Any] | None:
-    """A run's history record: the JSON store's history file, or the last runs of the job in PostgreSQL."""
-    if ctx.on_postgres:
-        return next((record for record in ctx.leases.history(job, RECENT_RECORDS) if record["run_id"] == run_id),
-                    None)
-    return history.find_record(ctx.paths, job, run_id)
+    """A run's history record: in the home's history files, or on PostgreSQL in its runs rows."""
+    if not ctx.on_postgres:
+        return history.find_record(ctx.paths, job, run_id)
+    return next((record for record in reversed(ctx.leases.history(job, 20)) if record.get("run_id") == run_id), None)
 
 
 def _liveness(ctx: Context) -> Liveness:
+    """On PostgreSQL a run of another host is judged by its lease, never by a pid of this host."""
     from cronctl.loop.heal import Liveness
-    from cronctl.proc.liveness import lease_checker
+    from cronctl.ops.liveness import judges
 
-    if ctx.on_postgres:  # owners of other hosts are judged by their leases on the database clock
-        from cronctl.ops.cluster import cli_liveness
-
-        return cli_liveness(ctx)
-
-    return Liveness(owner_alive=owner_alive, lease_expired=lease_checker(), monotonic=ctx.clock.monotonic)
+    alive, expired = judges(ctx)
+    return Liveness(owner_alive=alive, lease_expired=expired, monotonic=ctx.clock.monotonic)
 
 
 def _cli_owner() -> Owner:
@@ -262,6 +284,10 @@ def _kill_on_cluster(ctx: Context, name: str, running: list[RunClaim]) -> list[s
     return killed
 
 
+def _on_this_boot(claim: RunClaim) -> bool:
+    return claim.owner is not None and claim.owner.boot_id == procs.boot_id()
+
+
 def _kill_here(ctx: Context, claim: RunClaim) -> bool:
     """A run no loop supervises: end its processes, then record it killed (unless it ended meanwhile)."""
     ended = kill_run_processes(claim.run_id, claim.child, float(claim.kill_grace or 10.0))
@@ -297,8 +323,11 @@ def release_stuck_runs(ctx: Context, names: list[str] | None) -> list[str]:
     loop = loop_status(ctx.paths, ctx.clock.now())
     wedged_pid = loop.pid if loop.state == "wedged" else None
     live = _liveness(ctx)
-    jobs = names if names is not None else sorted(ctx.store.read()["jobs"])
+    stored = ctx.store.read()["jobs"]
+    jobs = names if names is not None else sorted(stored)
     released: list[str] = []
-    for job in jobs:
+    # Only a job with a claim has anything to release: one read for all, not one per job
+    # (each is the whole store: `resume` of 10,000 jobs must not read it 10,000 times).
+    for job in (job for job in jobs if (stored.get(job) or {}).get("state", {}).get("claims")):
         released.extend(release_stuck_claims(ctx, job, live, kill_run_processes, wedged_pid))
     return released

@@ -7,9 +7,7 @@ pay for the claim, control and process machinery of force-run and kill.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from cronctl.context import Context
@@ -17,9 +15,7 @@ from cronctl.jobs.chain_health import chain_health
 from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus, loop_status
-from cronctl.proc.identity import boot_id
-from cronctl.proc.liveness import lease_checker, owner_alive
-from cronctl.timefmt import from_iso
+from cronctl.ops.liveness import judges
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ def status(ctx: Context) -> StatusReport:
     # The document itself, not ctx.leases.jobs(): the fast path of `status --json` must not
     # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
     views, counters, chains = _read_jobs(ctx)
-    alive, expired = _pg_judges(now) if ctx.on_postgres else (owner_alive, lease_checker())
+    alive, expired = judges(ctx)
     specs = {view.spec.name: view.spec for view in views} if chains else {}
     jobs = []
     for view in views:
@@ -67,22 +63,6 @@ def status(ctx: Context) -> StatusReport:
         rows = cluster_loops(ctx)
         return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows])
     return StatusReport(loop_status(ctx.paths, now), jobs, counters)
-
-
-def _pg_judges(now: datetime) -> tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]:
-    """On PostgreSQL a run may belong to a loop on another host: its pid says nothing here, so
-    such an owner counts as alive and its lease (a wall-clock instant on the database clock)
-    judges it; an owner of this boot is checked as on the JSON store."""
-    here = boot_id()
-
-    def alive(owner: dict[str, Any]) -> bool:
-        return owner_alive(owner) if owner.get("boot_id") == here else True
-
-    def expired(claim: dict[str, Any]) -> bool:
-        until = from_iso(claim.get("lease_until"))
-        return until is None or until < now
-
-    return alive, expired
 
 
 def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int], dict[str, Any]]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from psycopg.types.json import Jsonb
 
 from cronctl.models import Overlap
@@ -54,11 +55,27 @@ class DocTransaction:
     events: list[Event] = field(default_factory=list)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> its history record
     tails: dict[str, str] = field(default_factory=dict)  # run_id -> the output tail kept with the run
-    _before: dict[str, str] = field(default_factory=dict)
+    _before: dict[str, bytes] = field(default_factory=dict)
 
     def keep_record(self, record: dict[str, Any] | None) -> None:
         if record is not None:
             self.records[str(record["run_id"])] = record
+
+    def was(self, name: str) -> dict[str, Any] | None:
+        """Job `name` as this transaction read it; None: it was not there."""
+        before = self._before.get(name)
+        return None if before is None else dict(json.loads(before))
+
+    def changed(self, name: str, entry: dict[str, Any]) -> bool:
+        return dump(entry) != self._before.get(name)
+
+    def saved(self, name: str, entry: dict[str, Any]) -> None:
+        """Job `name` was written whole by the caller: `save_jobs` leaves it."""
+        self._before[name] = dump(entry)
+
+    @property
+    def names_read(self) -> set[str]:
+        return set(self._before)
 
 
 @contextmanager
@@ -72,26 +89,34 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
     """
     with short_transaction(conn):
         jobs = load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
-        # The instant once the locks are held: a decision is judged when it is taken, not before a wait.
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-        assert row is not None
-        tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
+        tx = begin(conn, host_id, jobs)
         if meta:
-            tx.doc.update(_load_meta(conn, host_id))
-        tx._before = {name: _dump(entry) for name, entry in tx.doc["jobs"].items()}
-        meta_before = {key: _dump(tx.doc.get(key)) for key in META_KEYS}
+            tx.doc.update(load_meta(conn, host_id))
+        meta_before = {key: dump(tx.doc.get(key)) for key in META_KEYS}
         yield tx
-        _save_jobs(tx)
+        save_jobs(tx)
         if meta:
-            _save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
-                              if _dump(tx.doc.get(key)) != meta_before[key]})
+            save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
+                                      if dump(tx.doc.get(key)) != meta_before[key]})
         write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
+
+
+def begin(conn: Connection, host_id: str, jobs: dict[str, Any]) -> DocTransaction:
+    """The document of the job rows just locked, remembered as read (what `save_jobs` compares with)."""
+    # The instant once the locks are held: a decision is judged when it is taken, not before a wait.
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    tx = DocTransaction(conn, host_id, row[0], {"jobs": jobs})
+    tx._before = {name: dump(entry) for name, entry in jobs.items()}
+    return tx
 
 
 def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | None) -> dict[str, Any]:
     """Job entries as the JSON document holds them (claims from the live runs), by name.
 
-    `where` and `lock` (None, or a FOR UPDATE clause) are this package's constants.
+    `where` and `lock` (None, or a FOR UPDATE clause) are this package's constants. A read
+    (no lock) shows each claim with the `host` that holds it (SPEC §9: `host` wherever a run
+    is shown); a transaction's document keeps the claims as stored, to compare and write back.
     """
     rows = conn.execute(f"SELECT name, spec, state FROM cronctl_jobs WHERE {where} ORDER BY name {lock or ''}",
                         params).fetchall()
@@ -102,7 +127,8 @@ def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | 
                 " AND claim IS NOT NULL ORDER BY fence", (list(jobs), _LIVE_STATES)):
             if isinstance(claim.get("owner"), dict):
                 claim["owner"]["host"] = host  # whose pid it is: judged here only on its own host
-            jobs[job]["state"].setdefault("claims", {})[run_id] = claim
+            shown = {**claim, "host": host} if lock is None and host else claim
+            jobs[job]["state"].setdefault("claims", {})[run_id] = shown
     return jobs
 
 
@@ -112,7 +138,7 @@ def meta_key(key: str, host_id: str) -> str:
     return f"{key}@{host_id}"
 
 
-def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
+def load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
     keys = [meta_key(key, host_id) for key in META_KEYS]
     conn.execute("INSERT INTO cronctl_meta (key) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (keys,))
     rows = conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
@@ -120,27 +146,36 @@ def _load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
     return {key.split("@", 1)[0]: value for key, value in rows if value}
 
 
-def _save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
+def save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
     for key, value in changed.items():
         conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s",
                      (Jsonb(value, dumps=dumps), meta_key(key, host_id)))
 
 
-def _save_jobs(tx: DocTransaction) -> None:
+def save_jobs(tx: DocTransaction) -> None:
+    """Each changed job's state and claims, of rows that exist (a job new to this
+    transaction is inserted by the caller first: its claims before are none).
+
+    The job rows go in one batch at the end (`resume` of 10,000 jobs: one pipeline, not
+    10,000 round trips); their order against the runs rows does not matter in one transaction.
+    """
+    updates = []
     for name, entry in tx.doc["jobs"].items():
-        if _dump(entry) == tx._before.get(name):
+        if not tx.changed(name, entry):
             continue
         state = dict(entry["state"])
         claims: dict[str, Any] = state.get("claims") or {}
         if "claims" in state:
             state["claims"] = {}  # the key stays, as the JSON document keeps it; the claims are runs rows
-        before = json.loads(tx._before[name])["state"].get("claims") or {}
+        was = tx.was(name)
+        before = (was["state"].get("claims") or {}) if was is not None else {}
         _save_claims(tx, name, entry, before, claims)
-        tx.conn.execute(
-            "UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
-            " updated_at = clock_timestamp() WHERE name = %s",
-            (Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")), wake_at({**entry, "state": state}),
-             bool(entry.get("paused") or state.get("paused")), name))
+        updates.append((Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")),
+                        wake_at({**entry, "state": state}), bool(entry.get("paused") or state.get("paused")), name))
+    if updates:
+        with tx.conn.cursor() as cur:
+            cur.executemany("UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
+                            " updated_at = clock_timestamp() WHERE name = %s", updates)
 
 
 def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],
@@ -202,5 +237,13 @@ def audit_row(event: Event) -> AuditRow:
                     details=details)
 
 
-def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+def dump(value: Any) -> bytes:
+    """The bytes two versions of a value are compared by (msgspec: ~10x json.dumps, a definitions
+    transaction compares every job of the store); anything msgspec cannot encode, as json.dumps would."""
+    try:
+        return _encode_sorted(value)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        return json.dumps(value, sort_keys=True, default=str).encode()

@@ -18,6 +18,7 @@ from cronctl.errors import ConflictError
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.docstore import DEFINITIONS_LOCK_KEY
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.transaction import Limits, short_transaction
 from cronctl.timefmt import from_iso
@@ -37,6 +38,8 @@ def import_document(conn: Connection, doc: dict[str, Any], records: Sequence[dic
                     replace: bool) -> Imported:
     jobs: dict[str, Any] = doc.get("jobs") or {}
     with short_transaction(conn, IMPORT_LIMITS):
+        # As every definitions writer (docstore): an `add` meanwhile lands before or after, never across.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (DEFINITIONS_LOCK_KEY,))
         if replace:
             conn.execute("DELETE FROM cronctl_runs")
             conn.execute("DELETE FROM cronctl_jobs")
