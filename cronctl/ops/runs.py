@@ -279,8 +279,9 @@ def _kill_on_cluster(ctx: Context, name: str, running: list[RunClaim]) -> list[s
         elif how == "unreachable":
             unreachable.append(claim.run_id)
     if unreachable and not killed:
-        raise ConflictError(f"run(s) {', '.join(unreachable)} of '{name}' run on a host with no live loop; "
-                            "they are reclaimed once their leases run out (see 'cronctl status')")
+        raise ConflictError(f"job '{name}': run(s) {', '.join(unreachable)} run on another host with no live loop, "
+                            "whose processes this host cannot end; run 'cronctl kill' there, or they are reclaimed "
+                            "once their leases run out (see 'cronctl status')")
     return killed
 
 

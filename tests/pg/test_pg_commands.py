@@ -115,9 +115,17 @@ def session(cli: Cli, jobs_file: Path) -> list[tuple[tuple[str, ...], int, str, 
     return out
 
 
+# The loop side of `status` is the cluster's on PostgreSQL (SPEC §9: every loop listed, and
+# stale with jobs and no live loop): tests/pg/test_pg_loops_e2e.py checks it; here, the jobs.
+CLUSTER_KEYS = ("loop", "loops", "loop_stale", "stale")
+
+
 def _masked(args: tuple[str, ...], out: str) -> str:
     if "--json" in args:
-        return json.dumps(mask_json(json.loads(out)), sort_keys=True)
+        data = json.loads(out)
+        if args[0] == "status":
+            data = {key: value for key, value in data.items() if key not in CLUSTER_KEYS}
+        return json.dumps(mask_json(data), sort_keys=True)
     return mask_text(out)
 
 
