@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests import pgserver
@@ -176,6 +177,8 @@ def test_force_run_and_kill_from_another_host_are_served_by_the_loop(tmp_path: P
         wait_until(lambda: _running_run(store_url, "host-a") == run_id, timeout=30)  # the loop on host A runs it
         status = json.loads(run_cli(tmp_path / "b", store_url, "host-b", "status", "--json").stdout)
         assert [(row["host"], row["state"]) for row in status["loops"]] == [("host-a", "ok")]
+        schema = json.loads((Path(__file__).parents[2] / "docs" / "schemas" / "status.schema.json").read_text())
+        jsonschema.validate(status, schema)
         assert status["loop"]["state"] == "ok" and not status["loop_stale"]
         killed = run_cli(tmp_path / "b", store_url, "host-b", "kill", "long")
         assert killed.returncode == 0, killed.stderr
