@@ -17,6 +17,7 @@ from cronctl.context import Context
 from cronctl.jobs.health import claim_problem, persisted_error_wedge
 from cronctl.jobs.state import JobView
 from cronctl.models import FAILED_STATUSES
+from cronctl.proc.identity import boot_id
 from cronctl.store.claims import Owner
 
 DEADLINE_SLACK = 120.0
@@ -140,7 +141,8 @@ def owner_unresponsive(claim: dict[str, Any], live: Liveness, loop_wedged_pid: i
         return True
     if loop_wedged_pid is not None and owner.get("pid") == loop_wedged_pid:
         return True
-    return _process_stopped(owner.get("pid"))
+    # A pid says something only in the boot (and on the host) it was recorded in.
+    return owner.get("boot_id") == boot_id() and _process_stopped(owner.get("pid"))
 
 
 def _process_stopped(pid: Any) -> bool:
