@@ -20,12 +20,12 @@ from cronctl.clock import FakeClock
 from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import JobSpec, Overlap, RunStatus
 from cronctl.store.claims import Dispatched, Lease, NewClaim, Outcome, Owner
-from cronctl.store.leases import RunEnd
+from cronctl.store.leases import HeldGate, RunEnd
 from cronctl.store.pg import leases as pg_leases
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.leases import PgLeaseStore
-from cronctl.timefmt import to_iso
+from cronctl.timefmt import from_iso, to_iso
 from tests.pg.pghelp import audit_events, one
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -160,6 +160,42 @@ def test_an_overlap_allow_job_may_run_on_two_hosts_at_once(connections: Callable
     claim(store(conn_b, "host-b"), SLOT + timedelta(minutes=1), OWNER_B)
     assert one(conn_a, "SELECT array_agg(host_id ORDER BY fence) FROM cronctl_runs WHERE state = 'claimed'") == [
         "host-a", "host-b"]
+
+
+# --- the gate restarts the lease (store/pg/lease_fence.py) -------------------------------------------
+
+
+def _lease_until(leases: PgLeaseStore, job: str, run_id: str) -> datetime | None:
+    found = leases.find_run(job, run_id)
+    assert found is not None and found.dispatched
+    return from_iso(found.lease_until)
+
+
+def test_the_gate_restarts_the_lease_for_as_long_as_the_claim_granted_it(conn: Connection) -> None:
+    leases = store(conn)
+    define(conn, "now")
+    define(conn, "ahead", next_run_at=SLOT + timedelta(seconds=2))
+    [new] = claim(leases, SLOT)  # lease: 60 s from the claim
+    late_gate = SLOT + timedelta(seconds=90)  # a loop stopped between its claim and its gate
+    leases.mark_dispatched(OWNER_A, [Dispatched("now", new.run_id, 40_000, 1.0, 5_000.0)], late_gate)
+    assert _lease_until(leases, "now", new.run_id) == late_gate + timedelta(seconds=60)
+
+    [held] = leases.claim_ahead(SLOT, SLOT + timedelta(seconds=2), OWNER_A, lease(SLOT)).claims
+    child = Dispatched("ahead", held.run_id, 40_001, 1.0, 5_000.0)
+    gate = HeldGate("ahead", held.run_id, held.spec, to_iso(held.slot) or "", held.advanced_to, child,
+                    SLOT + timedelta(seconds=2))
+    assert leases.release_held(OWNER_A, [gate], lateness=[]) == [held.run_id]
+    assert _lease_until(leases, "ahead", held.run_id) == SLOT + timedelta(seconds=62)
+
+
+def test_a_gate_on_time_never_shortens_the_lease(conn: Connection) -> None:
+    leases = store(conn)
+    define(conn, "now")
+    [new] = claim(leases, SLOT)
+    renewed = Lease(10_000.0, SLOT + timedelta(minutes=10))
+    assert leases.renew(OWNER_A, {new.run_id: "now"}, renewed) == []
+    leases.mark_dispatched(OWNER_A, [Dispatched("now", new.run_id, 40_000, 1.0, 5_000.0)], SLOT)
+    assert _lease_until(leases, "now", new.run_id) == SLOT + timedelta(minutes=10)
 
 
 # --- a decision and its audit rows commit together --------------------------------------------------
