@@ -102,6 +102,18 @@ def test_a_definition_moving_next_run_at_back_onto_a_fired_slot_never_fires_it_a
     assert (second.job, second.slot) == ("backup", SLOT + timedelta(minutes=1))
 
 
+def test_only_the_exact_job_slot_and_attempt_counts_as_fired(conn: Connection) -> None:
+    other_slot = SLOT + timedelta(seconds=30)
+    define(conn, "a")
+    define(conn, "b", next_run_at=other_slot)
+    with conn.transaction():  # runs of each job at the other one's slot: not the slots about to fire
+        for run_id, job, slot in (("old-a", "a", other_slot), ("old-b", "b", SLOT)):
+            conn.execute("INSERT INTO cronctl_runs (run_id, job, slot, trigger, attempt, exclusive, state)"
+                         " VALUES (%s, %s, %s, 'schedule', 1, false, 'success')", (run_id, job, slot))
+    batch = claim(store(conn), other_slot)
+    assert sorted((new.job, new.slot) for new in batch) == [("a", SLOT), ("b", other_slot)]
+
+
 def test_a_retry_of_a_fired_slot_is_another_attempt_and_fires(conn: Connection) -> None:
     leases = store(conn)
     define(conn, "flaky", retries=1, retry_delay=10.0)

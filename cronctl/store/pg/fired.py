@@ -19,8 +19,13 @@ from cronctl.store.claims import ClaimBatch, Event, NewClaim
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import from_iso, to_iso
 
-_FIRED = """SELECT job, slot, attempt FROM cronctl_runs
-             WHERE (job, slot, attempt) IN (SELECT * FROM unnest(%s::text[], %s::timestamptz[], %s::integer[]))"""
+# A join on the keys: one probe of the index per claim, planned in a fifth of the time a
+# row-wise IN over unnest() takes (every statement is planned here: no prepared
+# statements, for poolers). Three `= ANY` would plan faster still, but probe every
+# combination of the arrays: a burst of 500 claims over several slots, a quarter million.
+_FIRED = """SELECT r.job, r.slot, r.attempt
+              FROM unnest(%s::text[], %s::timestamptz[], %s::integer[]) AS k(job, slot, attempt)
+              JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt"""
 
 
 def drop_fired(conn: Connection, doc: dict[str, Any], batch: ClaimBatch) -> None:
