@@ -75,8 +75,8 @@ def fresh_database(url: str) -> Iterator[str]:
 
 
 def populate_lease(conn: Connection, jobs: int) -> None:
-    """`jobs` rows of an every-60s job due in a year (`job1`...), with the state and `wake_at` the
-    lease store reads; `hot`, the one the rounds fire, is put by each round."""
+    """`jobs - 1` rows `job1`... of an every-60s job due in a year, with the state and `wake_at`
+    the lease store reads; `hot`, the one the rounds fire, is put by each round: `jobs` in all."""
     spec = JobSpec(name="template", command="true", every=60.0).to_dict()
     with conn.transaction():
         conn.execute(
