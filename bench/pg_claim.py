@@ -2,20 +2,18 @@
 
 With 1,000 and 100,000 job rows present (inserted in one INSERT ... SELECT
 generate_series, all due far in the future but one), each round makes that one job due
-again (not timed), then times on the client, over loopback: `claim_due` (which scans the
-due index and claims), `mark_dispatched` (the gate) and `finish`, each one transaction.
-Prints the median and p90 of each step and of the three together, per size.
-
-`--api lease` times the same round through `PgLeaseStore` (what `--store` uses: the job
-rows locked, the pure claim functions, a `cronctl_runs` row per run), with `claim_due`,
-`mark_dispatched` and `finish_many`; `--api sql` (the default) the SQL functions of
-store/pg/claims.py.
+again (not timed), then times on the client, over loopback, through `PgLeaseStore` (what
+`--store` and the loops use: the job rows locked, the pure claim functions, a
+`cronctl_runs` row per run): `claim_due` (which scans the due index and claims),
+`mark_dispatched` (the gate) and `finish_many`, each one transaction. Prints the median
+and p90 of each step and of the three together, per size.
 
 The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
 stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
-production server does.
+production server does. `--api lease` is the only API (and the default); the option stays
+so that command lines written for it keep working.
 
-Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api sql|lease]
+Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api lease]
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -42,7 +40,6 @@ from cronctl.jobs.state import entry_from, new_state  # noqa: E402
 from cronctl.models import JobSpec, RunStatus  # noqa: E402
 from cronctl.store.claims import Dispatched, Lease, Outcome, Owner  # noqa: E402
 from cronctl.store.leases import RunEnd  # noqa: E402
-from cronctl.store.pg.claims import Gate, LoopIdentity, claim_due, finish, mark_dispatched  # noqa: E402
 from cronctl.store.pg.connect import Connection, connect, parse_store_url  # noqa: E402
 from cronctl.store.pg.jobs import put_entry  # noqa: E402
 from cronctl.store.pg.leases import PgLeaseStore  # noqa: E402
@@ -77,23 +74,9 @@ def fresh_database(url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def populate(conn: Connection, jobs: int) -> None:
-    """`jobs` rows of an every-60s job due in a year, plus `hot`, the one the rounds fire."""
-    spec = JobSpec(name="template", command="true", every=60.0).to_dict()
-    with conn.transaction():
-        conn.execute(
-            """INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at)
-               SELECT 'job' || i, jsonb_set(%s::jsonb, '{name}', to_jsonb('job' || i)), 'skip',
-                      clock_timestamp() + interval '365 days' + i * interval '1 second'
-                 FROM generate_series(1, %s) AS i""", (psycopg.types.json.Jsonb(spec), jobs - 1))
-        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at) VALUES ('hot', %s, 'skip', NULL)",
-                     (psycopg.types.json.Jsonb({**spec, "name": "hot"}),))
-    conn.execute("ANALYZE cronctl_jobs")
-    conn.commit()
-
-
 def populate_lease(conn: Connection, jobs: int) -> None:
-    """As `populate`, with the state and `wake_at` the lease store reads."""
+    """`jobs - 1` rows `job1`... of an every-60s job due in a year, with the state and `wake_at`
+    the lease store reads; `hot`, the one the rounds fire, is put by each round: `jobs` in all."""
     spec = JobSpec(name="template", command="true", every=60.0).to_dict()
     with conn.transaction():
         conn.execute(
@@ -129,37 +112,19 @@ def one_lease_round(conn: Connection, leases: PgLeaseStore) -> tuple[float, floa
     return claimed - started, dispatched - claimed, finished - dispatched
 
 
-def one_round(conn: Connection, me: LoopIdentity) -> tuple[float, float, float]:
-    with conn.transaction():
-        conn.execute("UPDATE cronctl_jobs SET next_run_at = clock_timestamp() - interval '1 second'"
-                     " WHERE name = 'hot'")
-    started = time.perf_counter()
-    batch = claim_due(conn, me, LEASE)
-    claimed = time.perf_counter()
-    [run] = batch.claimed
-    assert mark_dispatched(conn, me, [Gate(run.fence, 4242, 1.0)], LEASE) == {run.fence}
-    dispatched = time.perf_counter()
-    assert not finish(conn, me, run.fence, SUCCESS).fenced
-    finished = time.perf_counter()
-    return claimed - started, dispatched - claimed, finished - dispatched
-
-
-def measure(url: str, jobs: int, rounds: int, api: str) -> dict[str, list[float]]:
+def measure(url: str, jobs: int, rounds: int, api: str = "lease") -> dict[str, list[float]]:
+    """Milliseconds of each step over `rounds` rounds at `jobs` rows; `api` must be "lease"."""
+    if api != "lease":
+        raise ValueError(f"bench/pg_claim.py: unknown --api {api!r}: the run path is PgLeaseStore ('lease')")
     with fresh_database(url) as db_url, connect(parse_store_url(db_url)) as conn:
         ensure_schema(conn)
-        if api == "lease":
-            populate_lease(conn, jobs)
-            leases = PgLeaseStore(conn, "bench-host")
-            round_of: Callable[[], tuple[float, float, float]] = lambda: one_lease_round(conn, leases)  # noqa: E731
-        else:
-            populate(conn, jobs)
-            me = LoopIdentity(uuid.uuid4(), "bench-host", "bench-boot", os.getpid(), 1.0)
-            round_of = lambda: one_round(conn, me)  # noqa: E731
+        populate_lease(conn, jobs)
+        leases = PgLeaseStore(conn, "bench-host")
         for _ in range(10):  # warm the caches and the connection
-            round_of()
+            one_lease_round(conn, leases)
         times: dict[str, list[float]] = {"claim": [], "dispatch": [], "finish": [], "total": []}
         for _ in range(rounds):
-            claim, dispatch, end = round_of()
+            claim, dispatch, end = one_lease_round(conn, leases)
             for key, value in (("claim", claim), ("dispatch", dispatch), ("finish", end),
                                ("total", claim + dispatch + end)):
                 times[key].append(value * 1000)
@@ -171,7 +136,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--fsync", action="store_true", help="a throwaway server that flushes its WAL to disk")
-    parser.add_argument("--api", choices=("sql", "lease"), default="sql")
+    parser.add_argument("--api", choices=("lease",), default="lease", help="PgLeaseStore, the run path")
     args = parser.parse_args()
     with server_url(args.fsync) as url:
         print(f"{'jobs':>8} {'step':>9} {'median ms':>10} {'p90 ms':>8}")

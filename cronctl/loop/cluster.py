@@ -33,10 +33,10 @@ from cronctl.loop.heal import Liveness
 from cronctl.models import AuditEvent
 from cronctl.proc.identity import ProcIdentity, is_alive
 from cronctl.store.pg import loops, requests
-from cronctl.store.pg.claims import LoopIdentity
 from cronctl.store.pg.connect import StoreUnreachableError
 from cronctl.store.pg.dbclock import SKEW_AUDIT_THRESHOLD_S
 from cronctl.store.pg.leases import PgLeaseStore
+from cronctl.store.pg.loops import LoopIdentity
 from cronctl.timefmt import from_iso
 
 if TYPE_CHECKING:

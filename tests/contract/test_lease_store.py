@@ -119,8 +119,9 @@ def test_held_runs_are_dispatched_at_their_instant_unless_their_job_changed(leas
 def test_the_gate_refuses_a_claim_that_was_reclaimed(lease_store: Backend) -> None:
     lease_store.define("tick", every="1m")
     new = claim_one(lease_store, at(MINUTE))
-    assert lease_store.leases.reclaim("tick", new.run_id, OWNER_A, "lease_expired", at(MINUTE + 1), 0)
-    assert lease_store.leases.mark_dispatched(OWNER_A, [child(new)], at(MINUTE + 2)) == []
+    expired = MINUTE + 60 + 6  # the claim's lease (60 s) ran out more than the margin ago
+    assert lease_store.leases.reclaim("tick", new.run_id, OWNER_A, "lease_expired", at(expired), 0)
+    assert lease_store.leases.mark_dispatched(OWNER_A, [child(new)], at(expired + 1)) == []
     [record] = lease_store.leases.history("tick")
     assert (record["status"], record["reason"]) == ("not_started", "run_claimed_without_dispatch")
 

@@ -1,20 +1,14 @@
-"""Helpers of the PostgreSQL tests: loops on pretend hosts, jobs due on the database clock."""
+"""Helpers of the PostgreSQL tests: jobs due on the database clock, rows read back, lock waits seen."""
 
 from __future__ import annotations
 
 import time
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 from cronctl.models import JobSpec, Overlap
-from cronctl.store.pg.claims import LoopIdentity
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_job
-
-
-def make_loop(host: str = "host-a", boot: str = "boot-1", pid: int = 4242) -> LoopIdentity:
-    return LoopIdentity(uuid.uuid4(), host, boot, pid, 1234.5)
 
 
 def db_now(conn: Connection) -> datetime:
@@ -31,13 +25,6 @@ def put_due_job(conn: Connection, name: str, overlap: str = "skip", ago_s: float
     spec = JobSpec(name=name, command="true", every=every_s, overlap=Overlap(overlap), **fields)
     put_job(conn, spec, db_now(conn) - timedelta(seconds=ago_s))
     return spec
-
-
-def make_due_again(conn: Connection, name: str) -> None:
-    """Its next slot, later than any fired so far, passed a second ago."""
-    with conn.transaction():
-        conn.execute("UPDATE cronctl_jobs SET next_run_at = clock_timestamp() - interval '1 second' WHERE name = %s",
-                     (name,))
 
 
 def one(conn: Connection, query: str, *params: Any) -> Any:

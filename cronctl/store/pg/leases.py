@@ -43,13 +43,15 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
 from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
+from cronctl.store.pg.fired import drop_fired
+from cronctl.store.pg.lease_fence import renewed_since_judged, restart_leases
 from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.schema import bump_counter, find_claim
 
 JudgeBy = Literal["database", "caller"]
 
 _BY_NAMES = "name = ANY(%(names)s)"
-# As in pg/claims.py: the instant in a sub-select, so the index on wake_at range-scans.
+# The instant in a sub-select (a parameter, not a volatile call per row), so the index on wake_at range-scans.
 _DUE = "NOT paused AND wake_at <= (SELECT coalesce(%(now)s, clock_timestamp()))"
 _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
 
@@ -85,6 +87,7 @@ class PgLeaseStore:
         asked = None if self.judge_by == "database" else now
         with self._tx(_DUE, {"now": asked}, skip_locked=True) as tx:
             batch = claims_mod.claim_due(tx.doc, self._now(tx, now), owner, self._lease(tx, lease), capacity)
+            drop_fired(tx.conn, tx.doc, batch)
             tx.events.extend(batch.events)
         return batch
 
@@ -94,6 +97,7 @@ class PgLeaseStore:
         horizon = judged + (horizon - now)
         with self._tx(_AHEAD, {"now": judged, "horizon": horizon}, skip_locked=True) as tx:
             batch = claims_mod.claim_ahead(tx.doc, judged, horizon, owner, self._lease(tx, lease), capacity)
+            drop_fired(tx.conn, tx.doc, batch)
             for new in batch.claims:
                 new.advanced_to = tx.doc["jobs"][new.job]["state"].get("next_run_at")
             tx.events.extend(batch.events)
@@ -102,6 +106,7 @@ class PgLeaseStore:
     def claim_force(self, job: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
         with self._jobs([job]) as tx:
             batch = claims_mod.claim_force(tx.doc, job, self._now(tx, now), owner, self._lease(tx, lease))
+            drop_fired(tx.conn, tx.doc, batch)
             tx.events.extend(batch.events)
         return batch
 
@@ -109,7 +114,10 @@ class PgLeaseStore:
 
     def mark_dispatched(self, owner: Owner, runs: list[Dispatched], now: datetime) -> list[Dispatched]:
         with self._jobs([run.job for run in runs], meta=True) as tx:
-            return claims_mod.mark_dispatched(tx.doc, owner, runs, self._now(tx, now))
+            judged = self._now(tx, now)
+            kept = claims_mod.mark_dispatched(tx.doc, owner, runs, judged)
+            restart_leases(tx.doc, kept, judged)
+            return kept
 
     def release_held(self, owner: Owner, gates: list[HeldGate], lateness: list[float]) -> list[str]:
         """As `JsonLeaseStore.release_held`: dispatch the held runs, hand back the changed ones."""
@@ -124,6 +132,7 @@ class PgLeaseStore:
                         "reason": "cancelled_before_slot", "why": why}))
                     continue
                 if claims_mod.mark_dispatched(tx.doc, owner, [gate.run], gate.opens_at, observe=False):
+                    restart_leases(tx.doc, [gate.run], self._now(tx, gate.opens_at))
                     kept.append(gate.run_id)
             _observe_all(tx.doc, lateness)
         return kept
@@ -206,9 +215,13 @@ class PgLeaseStore:
 
     def reclaim(self, job: str, run_id: str, seen_owner: Owner | None, reason: str, now: datetime,
                 processes_killed: int) -> bool:
-        """As `JsonLeaseStore.reclaim`: fenced on the owner seen when the run was judged broken."""
+        """As `JsonLeaseStore.reclaim`: fenced on the owner seen when the run was judged broken,
+        and a lease found fresh again under the row lock stands (`lease_fence`)."""
         with self._jobs([job], meta=True) as tx:
-            reclaimed = reclaim_claim(tx.doc, job, run_id, seen_owner, reason, self._now(tx, now), processes_killed)
+            judged = self._now(tx, now)
+            if renewed_since_judged(tx.doc, job, run_id, reason, judged):
+                return False
+            reclaimed = reclaim_claim(tx.doc, job, run_id, seen_owner, reason, judged, processes_killed)
             if reclaimed is None:
                 return False
             done, rows = reclaimed

@@ -22,16 +22,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
-from cronctl.store.pg.claims import LoopIdentity
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.transaction import short_transaction
 
 UNREACHABLE_AFTER_S = 3.0  # three ticks of one second
 # A row stays in `status` this long after its loop stopped or went silent, then is forgotten.
 FORGET_AFTER = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class LoopIdentity:
+    """One loop: fresh `loop_id` at each start, on a host, in a boot, as a process."""
+
+    loop_id: UUID
+    host_id: str
+    boot_id: str
+    pid: int
+    pid_start: float
 
 
 @dataclass(frozen=True)
