@@ -20,7 +20,7 @@ from cronctl.clock import FakeClock
 from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import JobSpec, Overlap, RunStatus
 from cronctl.store.claims import Dispatched, Lease, NewClaim, Outcome, Owner
-from cronctl.store.leases import HeldGate, RunEnd
+from cronctl.store.leases import HeldGate, RunEnd, Unhold
 from cronctl.store.pg import leases as pg_leases
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_entry
@@ -100,6 +100,37 @@ def test_a_definition_moving_next_run_at_back_onto_a_fired_slot_never_fires_it_a
     assert leases.job("backup").next_run_at == SLOT + timedelta(minutes=1)  # moved past the fired slot
     [second] = claim(leases, SLOT + timedelta(minutes=1))
     assert (second.job, second.slot) == ("backup", SLOT + timedelta(minutes=1))
+
+
+def test_the_high_water_mark_keeps_an_earlier_slot_than_a_fired_one_from_firing(conn: Connection) -> None:
+    leases = store(conn)
+    define(conn, "backup", overlap=Overlap.ALLOW)
+    [first] = claim(leases, SLOT)
+    assert one(conn, "SELECT last_slot FROM cronctl_jobs WHERE name = 'backup'") is None  # claimed, not fired
+    run_to_success(leases, first, SLOT)
+    assert one(conn, "SELECT last_slot FROM cronctl_jobs WHERE name = 'backup'") == SLOT  # dispatched: fired
+    # A definition puts next_run_at on a slot that never had a run, but is earlier than one that fired.
+    earlier = SLOT - timedelta(seconds=20)
+    with conn.transaction():
+        state = {**leases.job("backup").state, "next_run_at": to_iso(earlier), "claims": {}}
+        conn.execute("UPDATE cronctl_jobs SET next_run_at = %s, wake_at = %s, state = %s WHERE name = 'backup'",
+                     (earlier, earlier, psycopg.types.json.Jsonb(state)))
+    assert claim(leases, SLOT + timedelta(seconds=5)) == []
+    assert audit_events(conn, "backup")[-1] == ("run.skipped", "slot_already_fired")
+    assert one(conn, "SELECT count(*) FROM cronctl_runs WHERE job = 'backup'") == 1
+
+
+def test_a_claim_handed_back_before_its_gate_leaves_the_mark_alone(conn: Connection) -> None:
+    """Only a dispatched run raises the mark: a slot claimed ahead and handed back (its job
+    paused or edited before the instant) fires when it comes again."""
+    leases = store(conn)
+    define(conn, "backup")
+    ahead = SLOT - timedelta(seconds=1)
+    [new] = leases.claim_ahead(ahead, SLOT + timedelta(seconds=1), OWNER_A, lease(ahead)).claims
+    assert leases.unhold([Unhold("backup", new.run_id, new.advanced_to)], "edited") == 1
+    assert one(conn, "SELECT last_slot FROM cronctl_jobs WHERE name = 'backup'") is None
+    [again] = claim(leases, SLOT)
+    assert again.slot == SLOT
 
 
 def test_only_the_exact_job_slot_and_attempt_counts_as_fired(conn: Connection) -> None:

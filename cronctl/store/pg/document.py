@@ -55,6 +55,9 @@ class DocTransaction:
     events: list[Event] = field(default_factory=list)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> its history record
     tails: dict[str, str] = field(default_factory=dict)  # run_id -> the output tail kept with the run
+    # (job, slot) of scheduled runs dispatched in this transaction: each raises its job's
+    # high-water mark `last_slot`, at or before which no scheduled slot is claimed again.
+    fired: list[tuple[str, datetime]] = field(default_factory=list)
     _before: dict[str, bytes] = field(default_factory=dict)
 
     def keep_record(self, record: dict[str, Any] | None) -> None:
@@ -176,11 +179,26 @@ def save_jobs(tx: DocTransaction) -> None:
         with tx.conn.cursor() as cur:
             cur.executemany("UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
                             " updated_at = clock_timestamp() WHERE name = %s", updates)
+    if tx.fired:
+        tx.conn.execute(_RAISE_MARKS, ([job for job, _ in tx.fired], [slot for _, slot in tx.fired]))
+        tx.fired.clear()
+
+
+# Only ever forward: a slot at or before the mark has fired (or was passed over for good).
+_RAISE_MARKS = """UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
+                    FROM (SELECT name, max(slot) AS slot FROM unnest(%s::text[], %s::timestamptz[]) AS u(name, slot)
+                           GROUP BY name) AS k
+                   WHERE j.name = k.name"""
 
 
 def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],
                  after: dict[str, Any]) -> None:
     for run_id, claim in after.items():
+        if claim.get("dispatched") and not (before.get(run_id) or {}).get("dispatched") \
+                and claim.get("trigger") == "schedule":
+            slot = from_iso(claim.get("slot"))
+            if slot is not None:
+                tx.fired.append((job, slot))
         if run_id not in before:
             _insert_run(tx, job, entry, claim)
         elif claim != before[run_id]:

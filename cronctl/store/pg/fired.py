@@ -1,4 +1,6 @@
-"""A (job, slot, attempt) that already has its run is not claimed again (`cronctl_runs_once`).
+"""A slot that already fired is not claimed again: its (job, slot, attempt) has a run
+(`cronctl_runs_once`), or it is at or before its job's high-water mark `last_slot` (the
+latest scheduled slot dispatched, raised by document.save_jobs, never lowered).
 
 The pure claim functions decide from the job's `next_run_at`, which a definition written
 with a clock behind the database's (or a one-shot put back on its instant) can move back
@@ -28,21 +30,33 @@ _FIRED = """SELECT r.job, r.slot, r.attempt
               JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt"""
 
 
+# The high-water marks of the claimed jobs: a scheduled slot at or before its job's mark
+# was dispatched already (or an earlier slot than one that was), whatever next_run_at says.
+_MARKS = "SELECT name, last_slot FROM cronctl_jobs WHERE name = ANY(%s) AND last_slot IS NOT NULL"
+
+
 def drop_fired(conn: Connection, doc: dict[str, Any], batch: ClaimBatch) -> None:
-    """Take out of `batch` (and of `doc`'s claims) every new claim whose slot already has its run."""
+    """Take out of `batch` (and of `doc`'s claims) every new claim whose slot already has its
+    run, and every scheduled one at or before its job's high-water mark."""
     if not batch.claims:
         return
     keys = [_key(new) for new in batch.claims]
     found = {(job, slot, attempt) for job, slot, attempt in conn.execute(
         _FIRED, ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall()}
-    if not found:
+    marks: dict[str, datetime] = dict(conn.execute(_MARKS, (sorted({k[0] for k in keys}),)).fetchall())
+    fired = [new for new, key in zip(batch.claims, keys, strict=True)
+             if key in found or _behind_mark(new, key[1], marks.get(new.job))]
+    if not fired:
         return
-    fired = [new for new, key in zip(batch.claims, keys, strict=True) if key in found]
     for new in fired:
         state = doc["jobs"][new.job]["state"]
         state["claims"].pop(new.run_id, None)
         batch.claims.remove(new)
         batch.events = [_skipped(new, state) if _claimed_row_of(event, new) else event for event in batch.events]
+
+
+def _behind_mark(new: NewClaim, slot: datetime | None, mark: datetime | None) -> bool:
+    return new.trigger == "schedule" and slot is not None and mark is not None and slot <= mark
 
 
 def _key(new: NewClaim) -> tuple[str, datetime | None, int]:

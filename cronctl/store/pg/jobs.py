@@ -2,8 +2,9 @@
 
 Putting a definition with its next slot (`put_job`), or with its whole state as the JSON
 store holds it (`put_entry`), and pausing. A changed
-spec bumps `spec_version`; `last_slot` (the high-water mark) is never moved back, so a
-redefinition cannot make an already fired slot fire again.
+spec bumps `spec_version`; `last_slot` (the high-water mark, raised when a scheduled run
+is dispatched: document.save_jobs) is never written here, so a redefinition cannot make an
+already fired slot, or an earlier one, fire again (store/pg/fired.py).
 """
 
 from __future__ import annotations
