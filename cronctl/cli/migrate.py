@@ -142,7 +142,9 @@ def _loop_setup(file: Path | None) -> Any:
 
     script = Path(sys.argv[0]).absolute()
     command = (str(script),) if script.name == "cronctl" and script.exists() else (sys.executable, "-m", "cronctl")
-    return LoopSetup(command, open_context().paths.home, file.absolute() if file else None)
+    ctx = open_context()
+    store = ctx.store_url.without_password if ctx.store_url is not None else None
+    return LoopSetup(command, ctx.paths.home, file.absolute() if file else None, store)
 
 
 def _warn_untranslated(result: ExportResult, count: int) -> None:

@@ -165,3 +165,11 @@ def test_the_text_of_the_read_commands_is_the_json_stores_too(cli: Any, store_ur
             assert after.out.startswith("loop: stopped — no loop runs on this store")
             continue
         assert (after.code, after.out) == (before[args].code, before[args].out), args
+
+
+def test_the_loops_unit_names_the_store_without_its_password(cli: Any, store_url: str) -> None:
+    unit = cli("--store", with_password(store_url), "export", "--format", "systemd-service")
+    assert unit.code == 0, unit.err
+    bare = store_url.split("?", 1)[0]
+    assert f'Environment="CRONCTL_STORE={bare}' in unit.out and "s3cret-pw" not in unit.out + unit.err
+    assert "~/.pgpass" in unit.out

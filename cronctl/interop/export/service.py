@@ -52,6 +52,7 @@ class LoopSetup:
     command: tuple[str, ...]
     home: Path
     jobs_file: Path | None = None
+    store: str | None = None  # the PostgreSQL store's URL, its password left out; None: the JSON store
 
 
 def stop_timeout(specs: Sequence[JobSpec]) -> float:
@@ -79,6 +80,12 @@ def unit_text(specs: Sequence[JobSpec], setup: LoopSetup) -> str:
               "Wants=network-online.target"]
     lines += comment_block(["Restart=always must never give up: no start rate limit."])
     lines += ["StartLimitIntervalSec=0", "", "[Service]"]
+    if setup.store is not None:
+        lines += comment_block(["The PostgreSQL store every host's loop shares (SPEC §9). Its password is not "
+                                "written here: put it in ~/.pgpass of the unit's user (or name a file with "
+                                "Environment=PGPASSFILE=)."])
+        quoted = setup.store.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")  # systemd's quoting
+        lines += [f'Environment="CRONCTL_STORE={quoted}"']
     lines += comment_block(["READY=1 once the loop leads; WATCHDOG=1 only while its tick thread completes "
                             "ticks, so a wedged loop is restarted."])
     lines += ["Type=notify", f"ExecStart={exec_line(tuple(argv))}", f"WatchdogSec={span(WATCHDOG_SEC)}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -55,6 +55,18 @@ class StoreUrl:
     def redact(self, text: str) -> str:
         """Any text (an error message, a log line) with this URL's password masked."""
         return redact(text, secrets=(self._password_or_none(),))
+
+    @property
+    def without_password(self) -> str:
+        """The URL with its password left out, not masked (a unit file's setting: libpq then
+        reads the password from ~/.pgpass or $PGPASSFILE)."""
+        parts = urlsplit(self.raw)
+        if not parts.scheme or parts.password is None and "password=" not in parts.query:
+            return self.raw
+        user = f"{parts.username}@" if parts.username else ""
+        host = parts.netloc.rsplit("@", 1)[-1]
+        query = "&".join(item for item in parts.query.split("&") if item and not item.startswith("password="))
+        return urlunsplit((parts.scheme, f"{user}{host}", parts.path, query, parts.fragment))
 
     def _password_or_none(self) -> str | None:
         try:
