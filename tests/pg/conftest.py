@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cronctl.store.pg.connect import Connection, connect, parse_store_url
-from tests import pgfixtures
+from tests import pgfixtures, pgserver
 
 # The shared PostgreSQL fixtures (a fresh database per test), registered by name here.
 pg_server_url = pgfixtures.pg_server_url
@@ -32,3 +32,17 @@ def connections(store_url: str) -> Iterator[Callable[[], Connection]]:
 @pytest.fixture
 def conn(connections: Callable[[], Connection]) -> Connection:
     return connections()
+
+
+@pytest.fixture
+def own_server() -> Iterator[pgserver.Server]:
+    """A server of this test alone, for tests that stop or restart it; deleted afterwards."""
+    try:
+        server = pgserver.start()
+    except pgserver.ServerUnavailable as exc:
+        pgfixtures._unavailable(str(exc))
+        raise AssertionError("unreachable: skip or fail raised") from exc
+    try:
+        yield server
+    finally:
+        pgserver.stop(server.data_dir)

@@ -32,18 +32,9 @@ def _chaos() -> ModuleType:
 
 
 @pytest.mark.timeout(900)
-def test_three_loops_through_200_faults_never_run_a_slot_twice_nor_lose_one() -> None:
-    try:
-        server = pgserver.start()
-    except pgserver.ServerUnavailable as exc:
-        if pgserver.must_fail_without_server(os.environ):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+def test_three_loops_through_200_faults_never_run_a_slot_twice_nor_lose_one(own_server: pgserver.Server) -> None:
     seed = int(os.environ.get("CRONCTL_CHAOS_SEED", "4"))
-    try:
-        totals = _chaos().run(actions=200, loops=3, seed=seed, server=server)
-    finally:
-        pgserver.stop(server.data_dir)
+    totals = _chaos().run(actions=200, loops=3, seed=seed, server=own_server)
     print(json.dumps(totals, sort_keys=True))  # shown in full when an assertion fails
     assert sum(totals["actions"].values()) == 200
     assert totals["duplicates"] == 0, totals

@@ -127,33 +127,25 @@ def test_a_dead_owner_on_the_same_host_is_reclaimed_within_a_tick(tmp_path: Path
                 stop(proc)
 
 
-def test_a_loop_survives_a_database_restart_and_fires_on(tmp_path: Path) -> None:
+def test_a_loop_survives_a_database_restart_and_fires_on(tmp_path: Path, own_server: pgserver.Server) -> None:
+    server = own_server
+    oracle = tmp_path / "oracle.txt"
+    seed(server.url, tmp_path, EVERY_SECOND.format(oracle=oracle))
+    loop = start_host_loop(tmp_path / "a", server.url, "host-a")
     try:
-        server = pgserver.start()
-    except pgserver.ServerUnavailable as exc:
-        if pgserver.must_fail_without_server(os.environ):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
-        oracle = tmp_path / "oracle.txt"
-        seed(server.url, tmp_path, EVERY_SECOND.format(oracle=oracle))
-        loop = start_host_loop(tmp_path / "a", server.url, "host-a")
-        try:
-            wait_until(lambda: len(_oracle_lines(oracle)) >= 2, timeout=60)
-            pgserver.restart(server, "immediate", down_s=3.0)
-            back = time.monotonic()
-            seen = len(_oracle_lines(oracle))
-            wait_until(lambda: len(_oracle_lines(oracle)) >= seen + 3, timeout=60)
-            assert time.monotonic() - back < 40
-        finally:
-            assert stop(loop) == 0
-        log = (tmp_path / "a" / "loop.log").read_text()
-        assert "out of reach" in log and "reachable again" in log, log
-        assert one(server.url, "SELECT count(*) FROM cronctl_audit WHERE event = 'cluster.store_outage'") >= 1
-        slots = Counter(_oracle_lines(oracle))
-        assert max(slots.values()) == 1, slots
+        wait_until(lambda: len(_oracle_lines(oracle)) >= 2, timeout=60)
+        pgserver.restart(server, "immediate", down_s=3.0)
+        back = time.monotonic()
+        seen = len(_oracle_lines(oracle))
+        wait_until(lambda: len(_oracle_lines(oracle)) >= seen + 3, timeout=60)
+        assert time.monotonic() - back < 40
     finally:
-        pgserver.stop(server.data_dir)
+        assert stop(loop) == 0
+    log = (tmp_path / "a" / "loop.log").read_text()
+    assert "out of reach" in log and "reachable again" in log, log
+    assert one(server.url, "SELECT count(*) FROM cronctl_audit WHERE event = 'cluster.store_outage'") >= 1
+    slots = Counter(_oracle_lines(oracle))
+    assert max(slots.values()) == 1, slots
 
 
 HOURLY_LONG = """
@@ -214,37 +206,30 @@ def test_a_runs_long_output_tail_is_kept_with_it_even_with_a_nul(tmp_path: Path,
     assert len(tail.encode()) >= 64 * 1024 and tail.endswith("\ufffdEND")  # NUL: U+FFFD, never a refused write
 
 
-def test_a_loop_cut_off_from_the_database_ends_its_runs_before_their_leases_run_out(tmp_path: Path) -> None:
+def test_a_loop_cut_off_from_the_database_ends_its_runs_before_their_leases_run_out(
+        tmp_path: Path, own_server: pgserver.Server) -> None:
     """Self-fence (SPEC §9): no renewal is possible, so the run is ended before another host
     could reclaim it and start the job again; recorded when the database is back."""
-    try:
-        server = pgserver.start()
-    except pgserver.ServerUnavailable as exc:
-        if pgserver.must_fail_without_server(os.environ):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    server = own_server
     oracle = tmp_path / "oracle.txt"
+    seed(server.url, tmp_path, HOURLY_LONG.format(oracle=oracle))
+    loop = start_host_loop(tmp_path / "a", server.url, "host-a", "--lease", "4s")
     try:
-        seed(server.url, tmp_path, HOURLY_LONG.format(oracle=oracle))
-        loop = start_host_loop(tmp_path / "a", server.url, "host-a", "--lease", "4s")
-        try:
-            wait_until(lambda: one(server.url, "SELECT count(*) FROM cronctl_loops"), timeout=60)
-            assert run_cli(tmp_path / "b", server.url, "host-b", "force-run", "long").returncode == 0
-            run_id = wait_until(lambda: _running_run(server.url, "host-a"), timeout=30)
-            wait_until(lambda: processes_with_run_id(run_id), timeout=30)
-            pgserver.shut_down(server, "fast")
-            cut = time.monotonic()
-            wait_until(lambda: not processes_with_run_id(run_id), timeout=30)
-            assert time.monotonic() - cut < 4.0 + 1.0  # within the lease of its last renewal
-            pgserver.start_again(server)
-            state = wait_until(lambda: one(server.url, "SELECT state FROM cronctl_runs WHERE run_id = %s"
-                                                       " AND state NOT IN ('claimed', 'running')", run_id),
-                               timeout=60)
-            assert state == "killed"
-        finally:
-            assert stop(loop) == 0
-        assert "self-fence" in (tmp_path / "a" / "loop.log").read_text()
-        reason = one(server.url, "SELECT record ->> 'reason' FROM cronctl_runs WHERE run_id = %s", run_id)
-        assert reason == "self_fenced"
+        wait_until(lambda: one(server.url, "SELECT count(*) FROM cronctl_loops"), timeout=60)
+        assert run_cli(tmp_path / "b", server.url, "host-b", "force-run", "long").returncode == 0
+        run_id = wait_until(lambda: _running_run(server.url, "host-a"), timeout=30)
+        wait_until(lambda: processes_with_run_id(run_id), timeout=30)
+        pgserver.shut_down(server, "fast")
+        cut = time.monotonic()
+        wait_until(lambda: not processes_with_run_id(run_id), timeout=30)
+        assert time.monotonic() - cut < 4.0 + 1.0  # within the lease of its last renewal
+        pgserver.start_again(server)
+        state = wait_until(lambda: one(server.url, "SELECT state FROM cronctl_runs WHERE run_id = %s"
+                                                   " AND state NOT IN ('claimed', 'running')", run_id),
+                           timeout=60)
+        assert state == "killed"
     finally:
-        pgserver.stop(server.data_dir)
+        assert stop(loop) == 0
+    assert "self-fence" in (tmp_path / "a" / "loop.log").read_text()
+    reason = one(server.url, "SELECT record ->> 'reason' FROM cronctl_runs WHERE run_id = %s", run_id)
+    assert reason == "self_fenced"
