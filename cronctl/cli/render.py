@@ -83,8 +83,6 @@ def columns(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[st
     took 2.3 s for 1,000 jobs (17 s for 10,000); this is the same layout in
     milliseconds. Widths are terminal cells, so wide characters line up too.
     """
-    from rich.cells import cell_len
-
     cells = [header, *([_printable(cell).translate(_ESCAPED) for cell in row] for row in rows)]
     widths = [max(cell_len(row[index]) for row in cells) for index in range(len(header) - 1)]
     lines = []
@@ -93,6 +91,17 @@ def columns(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[st
         padded = [cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join([*padded, row[-1]]).rstrip())
     return lines
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells `text` takes. Table cells reach here with control characters
+    escaped, so ASCII text takes one cell a character; only other text needs rich's
+    table of wide and zero-width characters (its import is most of a short command)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len as rich_cell_len
+
+    return rich_cell_len(text)
 
 
 def print_lines(lines: list[str]) -> None:
@@ -137,8 +146,6 @@ def fitted_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], wid
     """`columns` no wider than `width` where it can be: the columns of `drop_order` are
     dropped one by one until the rows fit; if they still do not, the last column's cells
     are cut with an ellipsis (to no fewer than `min_last` cells)."""
-    from rich.cells import cell_len
-
     cells = [tuple(_printable(cell).translate(_ESCAPED) for cell in row) for row in rows]
     keep = list(header)
     for dropped in (None, *drop_order):
@@ -160,15 +167,11 @@ def _only_columns(header: tuple[str, ...], rows: list[tuple[str, ...]],
 
 def _lead_width(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> int:
     """Cells taken by every column but the last, with their two-space gaps."""
-    from rich.cells import cell_len
-
     return sum(max(cell_len(row[i]) for row in (header, *rows)) + 2 for i in range(len(header) - 1))
 
 
 def _cut(text: str, cells: int) -> str:
     """`text` in at most `cells` terminal cells, an ellipsis marking a cut."""
-    from rich.cells import cell_len
-
     if cell_len(text) <= cells:
         return text
     kept: list[str] = []

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from cronctl.cli import render
-from cronctl.cli.app import JsonOpt, app, open_context, open_store_context
+from cronctl.cli import render, runcmds
+from cronctl.cli.app import JsonOpt, app, finish, open_context
 from cronctl.durations import parse_duration
 from cronctl.errors import CronctlError
 
@@ -127,27 +127,7 @@ def status(
 
     Example: cronctl status --stale || alert "cron is stale"
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.status import status as status_report
-    from cronctl.ops.status import status_json
-
-    ctx = open_context()
-    if watch:
-        def frame() -> list[str]:
-            data = status_json(status_report(ctx), only_stale=stale)
-            title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
-            return [title, *render.status_lines(data, stale)]
-
-        render.watch(frame, interval)
-        return
-    report = status_report(ctx)
-    data = status_json(report, only_stale=stale)
-    if json_out:
-        render.print_json(data)
-    else:
-        render.status_view(data, stale)
-    if stale and report.stale:
-        raise typer.Exit(3)
+    finish(runcmds.status(stale, json_out, watch, interval))
 
 
 @app.command()
@@ -162,19 +142,7 @@ def history(
 
     Example: cronctl history backup -n 5
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.runs import run_history
-
-    if chain is not None:
-        from cronctl.ops.chains import chain_history
-
-        records = chain_history(open_store_context(), chain, name)
-    else:
-        records = run_history(open_store_context(), name, count)
-    if json_out:
-        render.print_json({"runs": records})
-    elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
-        render.history_table(records)
+    runcmds.history(name, count, chain, json_out)
 
 
 @app.command()
@@ -227,40 +195,7 @@ def force_run(
 
     Example: cronctl force-run backup --wait
     """
-    if chain:
-        _force_chain(name, wait, json_out)
-        return
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops import runs as runops
-
-    result = runops.force_run(open_context(), name, wait)
-    record = result.record
-    if json_out:
-        render.print_json({"run_id": result.run_id, "via_loop": result.via_loop, "run": record})
-    elif record is None:
-        render.say(f"started {name} run {result.run_id} through the running loop; "
-                   f"'cronctl logs {name} -f' follows it")
-    else:
-        reason = render.run_reason(record)
-        render.say(f"{name} run {result.run_id}: {record['status']}" + (f" ({reason})" if reason else ""))
-    if wait or not result.via_loop:
-        raise typer.Exit(runops.exit_code_of(record) if wait else 0)
-
-
-def _force_chain(name: str, wait: bool, json_out: bool) -> None:
-    """`force-run NODE --chain`: the chain is recorded; the loop runs it (not this process)."""
-    from cronctl.errors import UsageError
-    from cronctl.ops.chains import force_chain
-
-    if wait:
-        raise UsageError("--wait does not apply with --chain; follow it with 'cronctl history --chain ID'")
-    forced = force_chain(open_context(), name)
-    if json_out:
-        render.print_json({"chain": forced.chain_id, "jobs": forced.jobs, "via_loop": forced.loop_running})
-        return
-    when = "the running loop starts it" if forced.loop_running else "it starts when 'cronctl run' runs"
-    render.say(f"chain {forced.chain_id} of {', '.join(forced.jobs)}: {when}; "
-               f"'cronctl history --chain {forced.chain_id}' lists its runs")
+    finish(runcmds.force_run(name, wait, chain, json_out))
 
 
 @app.command()
