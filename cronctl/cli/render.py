@@ -83,14 +83,22 @@ def columns(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[st
     took 2.3 s for 1,000 jobs (17 s for 10,000); this is the same layout in
     milliseconds. Widths are terminal cells, so wide characters line up too.
     """
-    cells = [header, *([_printable(cell).translate(_ESCAPED) for cell in row] for row in rows)]
-    widths = [max(cell_len(row[index]) for row in cells) for index in range(len(header) - 1)]
+    cells = [header, *([_shown(cell) for cell in row] for row in rows)]
+    # One look at the whole table: ASCII cells take one terminal cell a character, so the
+    # widths are len() (measuring each cell took a third of `list` at 10,000 jobs).
+    measure = len if all("".join(row).isascii() for row in cells) else cell_len
+    widths = [max(map(measure, column)) for column in list(zip(*cells, strict=True))[:-1]]
     lines = []
     for row in cells:
         # widths has no entry for the last column (left unpadded): zip stops before it.
-        padded = [cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths, strict=False)]
+        padded = [cell + " " * (width - measure(cell)) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join([*padded, row[-1]]).rstrip())
     return lines
+
+
+def _shown(cell: str) -> str:
+    """A cell as a table shows it: control characters escaped, one line."""
+    return (cell if cell.isascii() else _printable(cell)).translate(_ESCAPED)
 
 
 def cell_len(text: str) -> int:
@@ -146,7 +154,7 @@ def fitted_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], wid
     """`columns` no wider than `width` where it can be: the columns of `drop_order` are
     dropped one by one until the rows fit; if they still do not, the last column's cells
     are cut with an ellipsis (to no fewer than `min_last` cells)."""
-    cells = [tuple(_printable(cell).translate(_ESCAPED) for cell in row) for row in rows]
+    cells = [tuple(_shown(cell) for cell in row) for row in rows]
     keep = list(header)
     for dropped in (None, *drop_order):
         if dropped is not None:
@@ -212,15 +220,16 @@ def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]], pau
     """rows: (job, zone, [(local instant, utc instant)]); a paused job's instants are its schedule, not fires."""
     paused = set(paused)
     words = words or {}
+    lines = []  # written at once: `next` of 10,000 jobs is 60,000 lines
     for job, zone, instants in rows:
         if not instants:
-            say(f"{job}: no further fires")
+            lines.append(f"{job}: no further fires")
             continue
         note = f", paused: none of these fire until 'cronctl resume {job}'" if job in paused else ""
         said = f" — {words[job]}" if job in words else ""
-        say(f"{job} ({zone}{note}){said}:")
-        for local, utc in instants:
-            say(f"  {local_iso(local)}   {utc_z(utc)}")
+        lines.append(f"{job} ({zone}{note}){said}:")
+        lines.extend(f"  {local_iso(local)}   {utc_z(utc)}" for local, utc in instants)
+    print_lines(lines)
 
 
 def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
