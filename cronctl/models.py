@@ -177,18 +177,18 @@ class JobSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
         """Rebuild from the store; the store only ever holds validated specs."""
-        kwargs = {key: value for key, value in data.items() if key in _SPEC_FIELDS}
+        kwargs = dict(data)  # a C copy, then the few keys that are not fields dropped
+        for key in kwargs.keys() - _SPEC_FIELDS:
+            del kwargs[key]
         for key in DURATION_FIELDS:
-            if kwargs.get(key) is not None:
-                kwargs[key] = parse_duration(kwargs[key], field=key)
+            value = kwargs.get(key)
+            if value is not None:
+                kwargs[key] = _stored_duration(value, key)
         if "at" in kwargs:
             kwargs["at"] = from_iso(kwargs["at"])
-        if "overlap" in kwargs:
-            kwargs["overlap"] = Overlap(kwargs["overlap"])
-        if "catchup" in kwargs:
-            kwargs["catchup"] = Catchup(kwargs["catchup"])
-        if "requires" in kwargs:
-            kwargs["requires"] = Requires(kwargs["requires"])
+        for key, kind in _ENUM_FIELDS:
+            if key in kwargs:
+                kwargs[key] = _stored_enum(kind, kwargs[key])
         for key in ("command", "on_failure", "after"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
@@ -204,9 +204,32 @@ class JobSpec:
         return spec
 
 
+# A store holds few distinct duration spellings and enum values: each is converted once
+# per process ("1h" -> 3600.0), not once per job and field on every read of 10,000 jobs.
+_STORED_DURATIONS: dict[str, float] = {}
+
+
+def _stored_duration(value: Any, key: str) -> float:
+    if isinstance(value, str):
+        seconds = _STORED_DURATIONS.get(value)
+        if seconds is None:
+            seconds = parse_duration(value, field=key)  # raises, naming the field, on a bad one
+            if len(_STORED_DURATIONS) < 4096:
+                _STORED_DURATIONS[value] = seconds
+        return seconds
+    return parse_duration(value, field=key)
+
+
+def _stored_enum(kind: type[Enum], value: Any) -> Any:
+    member = kind._value2member_map_.get(value) if isinstance(value, str) else None
+    return member if member is not None else kind(value)  # kind(value) raises on a bad one
+
+
 CHAIN_FIELDS = ("after", "requires")
 
 # from_dict runs once per job on every read command: fields() per call was a fifth of it.
+_ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
+                                                     ("requires", Requires))
 _SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
 _SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
 _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
