@@ -211,7 +211,9 @@ def local_iso(when: datetime) -> str:
 
 def utc_z(when: datetime) -> str:
     """The same instant in UTC, written with a Z."""
-    return local_iso(when.astimezone(timezone.utc).replace(tzinfo=None)) + "Z"
+    # An instant in UTC already (every slot) is written "...+00:00": only the suffix changes.
+    utc = when if when.tzinfo is timezone.utc else when.astimezone(timezone.utc)
+    return local_iso(utc)[:-6] + "Z"
 
 
 def fire_text(when: datetime, zone: str) -> str:
@@ -234,8 +236,17 @@ def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]], pau
         note = f", paused: none of these fire until 'cronctl resume {job}'" if job in paused else ""
         said = f" — {words[job]}" if job in words else ""
         lines.append(f"{job} ({zone}{note}){said}:")
-        lines.extend(f"  {local_iso(local)}   {utc_z(utc)}" for local, utc in instants)
+        lines.extend(f"  {_local_then_utc(local, utc)}" for local, utc in instants)
     print_lines(lines)
+
+
+def _local_then_utc(local: datetime, utc: datetime) -> str:
+    """`local_iso(local)   utc_z(utc)`; written once when the zone's offset is 0 (UTC jobs),
+    where both are the same text up to the suffix: 50,000 instants for `next` of 10,000 jobs."""
+    text = local_iso(utc if utc.tzinfo is timezone.utc else utc.astimezone(timezone.utc))
+    if not local.utcoffset():
+        return f"{text}   {text[:-6]}Z"
+    return f"{local_iso(local)}   {text[:-6]}Z"
 
 
 def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
