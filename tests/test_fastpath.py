@@ -201,12 +201,12 @@ def test_a_corrupt_store_fails_alike_and_is_left_alone(home: Path, cli) -> None:
 
 
 @pytest.mark.parametrize("argv", [["status", "--json"], ["list"], ["show", "a"], ["history"], ["next"],
-                                  ["pause", "a"]])
-def test_the_fast_path_imports_neither_the_cli_framework_nor_rich(home: Path, cli, argv: list[str]) -> None:  # type: ignore[no-untyped-def]
+                                  ["pause", "a"], ["add", "b", "--every", "1h", "--", "true"]])
+def test_the_fast_path_imports_neither_the_cli_framework_nor_rich_nor_yaml(home: Path, cli, argv: list[str]) -> None:  # type: ignore[no-untyped-def]
     cli("add", "a", "--every", "1h", "--", "true")
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "cronctl", *argv],
                           env=subprocess_env(home), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "cronctl.cli.fastpath" in imported
-    assert not {name for name in imported if name.split(".")[0] in ("typer", "click", "rich", "pydantic")}
+    assert not {name for name in imported if name.split(".")[0] in ("typer", "click", "rich", "pydantic", "yaml")}
