@@ -82,6 +82,9 @@ def test_the_body_takes_every_parameter_with_typers_defaults(command: str) -> No
     (["edit", "b", "--unset", "cwd", "--unset", "env"], "edit", None, {"name": "b", "unset": ["cwd", "env"]}),
     (["resume", "--all"], "resume", None, {"all_jobs": True}),
     (["force-run", "b", "--wait"], "force-run", None, {"name": "b", "wait": True}),
+    (["run", "-f", "jobs.yaml", "--max-parallel", "5", "-q", "--lease", "2m"], "run", None,
+     {"file": "jobs.yaml", "max_parallel": 5, "quiet": True, "lease": "2m"}),
+    (["run", "--once"], "run", None, {"once": True}),
 ])
 def test_the_plain_forms_are_taken(argv: list[str], command: str, home: str | None, values: dict[str, Any]) -> None:
     assert fastpath.parse(argv) == fastpath.Invocation(command, home, values)
@@ -95,7 +98,8 @@ def test_the_plain_forms_are_taken(argv: list[str], command: str, home: str | No
     ["next", "-n", "05"], ["next", "-n5"], ["next", "-n"], ["history", "-n", "-1"], ["add", "b", "--every"],
     ["add", "b", "--every", "1h", "--every", "2h"], ["add", "b", "--paused", "--not-paused"],
     ["add", "b", "--retries", "-1"], ["add", "b", "--on-failure", "-x"], ["add", "b", "-"], ["pause"],
-    ["pause", "a", "b"], ["remove", "a", "--forc"], ["kill", "a"], ["run"], ["apply", "-f", "x"], ["lst"],
+    ["pause", "a", "b"], ["remove", "a", "--forc"], ["kill", "a"], ["run", "--max-parallel", "0"],
+    ["run", "extra"], ["run", "-f"], ["apply", "-f", "x"], ["lst"],
 ])
 def test_everything_else_goes_to_the_typer_app(argv: list[str]) -> None:
     assert fastpath.parse(argv) is None

@@ -4,7 +4,8 @@ The CLI framework costs more than most answers: typer 0.29 imports pydantic to c
 every parameter and builds the whole command tree on each start (about 150 ms of a
 `cronctl list` at 1,000 jobs that takes 40 ms of work). The commands people and
 monitoring run most (`list`, `show`, `status`, `history`, `next`, `add`, `edit`,
-`pause`, `resume`, `remove`, `force-run`) have simple command lines, so this module
+`pause`, `resume`, `remove`, `force-run`) and the loop (`run`, whose start a service
+manager waits for) have simple command lines, so this module
 recognises them from a table and calls the very body the typer command calls
 (cli/jobcmds.py, cli/runcmds.py) with the same values: one body per command, whoever
 parsed its arguments.
@@ -75,6 +76,12 @@ COMMANDS: dict[str, Command] = {
     "remove": Command("jobcmds.remove", {"--force": Opt("force", FLAG)}, ("name",), required=1),
     "pause": Command("jobcmds.pause", {}, ("name",), required=1),
     "resume": Command("jobcmds.resume", {"--all": Opt("all_jobs", FLAG), **_JSON}, ("name",)),
+    "run": Command("runcmds.run", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT), "--once": Opt("once", FLAG),
+                                   "--standby": Opt("standby", FLAG), "--max-parallel": Opt("max_parallel", INT, 1),
+                                   "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),
+                                   "--metrics-file": Opt("metrics_file", TEXT), "--quiet": Opt("quiet", FLAG),
+                                   "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
+                                   "--http-allow-remote": Opt("http_allow_remote", FLAG)}),
     "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
                          ("name",), required=1),
 }

@@ -1,4 +1,4 @@
-"""The bodies of `status`, `history` and `force-run`, without the CLI framework.
+"""The bodies of `run`, `status`, `history` and `force-run`, without the CLI framework.
 
 The typer commands of cli/runs.py call these with the values typer parsed; the
 framework-free entry (cli/argv.py) calls the same functions with the values it parsed.
@@ -8,10 +8,40 @@ its own body: a command loads only what it uses.
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from cronctl.cli import render
 from cronctl.cli.session import open_context, open_store_context
+
+
+def run(file: str | Path | None = None, once: bool = False, standby: bool = False, max_parallel: int | None = None,
+        takeover_after: str = "60s", lease: str = "60s", metrics_file: str | Path | None = None, quiet: bool = False,
+        http: str | None = None, http_allow_remote: bool = False) -> int:
+    """The foreground loop; its exit code."""
+    from cronctl.durations import parse_duration
+    from cronctl.loop.endpoint import parse_listen
+    from cronctl.loop.scheduler import LoopOptions
+    from cronctl.ops.runs import run_loop
+
+    options = LoopOptions(file=Path(file).absolute() if file else None, once=once, standby=standby,
+                          max_parallel=max_parallel,
+                          takeover_after=parse_duration(takeover_after, field="--takeover-after"),
+                          lease=parse_duration(lease, field="--lease"),
+                          metrics_file=Path(metrics_file).absolute() if metrics_file else None, quiet=quiet,
+                          http=parse_listen(http, http_allow_remote) if http else None)
+    ctx = open_context()
+    if not quiet:
+        ctx.audit.listeners.append(_echo_decision)
+    return run_loop(ctx, options)
+
+
+def _echo_decision(row: dict[str, Any]) -> None:
+    line = render.loop_line(row)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 def status(stale: bool = False, json_out: bool = False, watch: bool = False, interval: float = 2.0) -> int | None:

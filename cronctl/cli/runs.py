@@ -12,7 +12,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -92,27 +92,8 @@ def run(
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.loop.endpoint import parse_listen
-    from cronctl.loop.scheduler import LoopOptions
-    from cronctl.ops.runs import run_loop
-
-    options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
-                          max_parallel=max_parallel,
-                          takeover_after=parse_duration(takeover_after, field="--takeover-after"),
-                          lease=parse_duration(lease, field="--lease"),
-                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet,
-                          http=parse_listen(http, http_allow_remote) if http else None)
-    ctx = open_context()
-    if not quiet:
-        ctx.audit.listeners.append(_echo_decision)
-    raise typer.Exit(run_loop(ctx, options))
-
-
-def _echo_decision(row: dict[str, Any]) -> None:
-    line = render.loop_line(row)
-    if line is not None:
-        print(line, file=sys.stderr, flush=True)
+    finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
+                       http_allow_remote))
 
 
 @app.command()
