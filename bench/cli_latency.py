@@ -7,11 +7,14 @@ waits for it) with stdout a pipe; next to `python -c pass`, `python -c "import t
 rich"` and `cronctl --version`. The `-X importtime` breakdown of `cronctl status --json`
 is saved beside the results (importtime-status.txt) and its heaviest imports are printed.
 
---cronctl PATH measures another installation's console script instead (e.g. the code
-before a change, `pip install`ed from a `git archive` into its own venv: an editable
-install's import hook would win over PYTHONPATH). --only picks commands.
+--cronctl PATH measures another installation's console script instead (e.g. a
+`pip install` of a `git archive` into its own venv: an editable install's import hook
+would win over PYTHONPATH). --before PATH measures that installation too, alternated
+with the measured one round by round on homes built alike, so that both see the same
+machine load; the table then has both medians. --only picks commands.
 
-Usage: python bench/cli_latency.py [--sizes 1000,10000] [--rounds 20] [--quick] [--cronctl PATH] [--only list,add]
+Usage: python bench/cli_latency.py [--sizes 1000,10000] [--rounds 20] [--quick] [--cronctl PATH]
+                                   [--before PATH] [--only list,add]
 """
 
 from __future__ import annotations
@@ -119,12 +122,39 @@ def command_cases(cronctl: list[str], n: int) -> list[tuple[str, Any, bool]]:
     ]
 
 
+def _home(n: int, prefix: str, cronctl: list[str], env_of: Any) -> dict[str, str]:
+    """A home with n jobs (every 1h) and the job `forced`, for one installation."""
+    home = new_workdir(f"cli-{prefix}{n}") / "home"
+    populate(home, n, every="1h")
+    env: dict[str, str] = env_of(home)
+    subprocess.run([*cronctl, "add", "forced", "--every", "1h", "--", "true"], env=env, check=True,
+                   capture_output=True)
+    return env
+
+
+def _alternated(cmd: Any, before: list[str] | None, cronctl: list[str], env: dict[str, str],
+                env_before: dict[str, str] | None, rounds: int, tty: bool) -> tuple[list[float], list[float] | None]:
+    """The rounds of one command; with `before`, that installation's round first, each time."""
+    vary = cmd if callable(cmd) else None
+    if before is None or env_before is None:
+        return timed([] if vary else cmd, env, rounds, vary, tty=tty), None
+    now: list[float] = []
+    old: list[float] = []
+    for index in range(rounds):
+        args = vary(index) if vary else cmd
+        old_args = [*before, *args[len(cronctl):]]
+        old += timed(old_args, env_before, 1, tty=tty)
+        now += timed(args, env, 1, tty=tty)
+    return now, old
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="1000 jobs, 7 rounds")
     parser.add_argument("--cronctl", type=Path, default=None, help="the console script to measure")
+    parser.add_argument("--before", type=Path, default=None, help="a console script to alternate with")
     parser.add_argument("--only", default=None, help="comma-separated command labels (e.g. list,add)")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--results", type=Path, default=None)
@@ -147,33 +177,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for label, cmd in [] if args.no_baselines else baselines:
         values = timed(cmd, base_env, rounds)
         data[label] = values
-        rows.append(["-", label, "pipe", f"{median(values) * 1e3:.0f}", f"{pct(values, 90) * 1e3:.0f}"])
+        rows.append(["-", label, "pipe", *([""] if args.before else []), f"{median(values) * 1e3:.0f}",
+                     f"{pct(values, 90) * 1e3:.0f}"])
     saved_importtime = ""
     heaviest: list[tuple[int, str]] = []
+    before = [str(args.before)] if args.before else None
     for n in sizes:
         print(f"cli: {n} jobs ...", file=sys.stderr, flush=True)
-        home = new_workdir(f"cli-{n}") / "home"
-        populate(home, n, every="1h")
-        env = env_of(home)
-        subprocess.run([*cronctl, "add", "forced", "--every", "1h", "--", "true"], env=env, check=True,
-                       capture_output=True)
+        env = _home(n, "", cronctl, env_of)
+        env_before = _home(n, "before-", before, env_of) if before else None
         for label, cmd, with_tty in command_cases(cronctl, n):
             if only is not None and label not in only:
                 continue
             for tty in (False, True) if with_tty else (False,):
-                vary = cmd if callable(cmd) else None
-                values = timed([] if vary else cmd, env, rounds, vary, tty=tty)
                 kind = "tty" if tty else "pipe"
+                values, old = _alternated(cmd, before, cronctl, env, env_before, rounds, tty)
                 data[f"{label} @ {n} ({kind})"] = values
-                rows.append([f"{n:,}", f"cronctl {label}", kind, f"{median(values) * 1e3:.0f}",
-                             f"{pct(values, 90) * 1e3:.0f}"])
+                row = [f"{n:,}", f"cronctl {label}", kind]
+                if old is not None:
+                    data[f"{label} @ {n} ({kind}) before"] = old
+                    row.append(f"{median(old) * 1e3:.0f}")
+                rows.append([*row, f"{median(values) * 1e3:.0f}", f"{pct(values, 90) * 1e3:.0f}"])
         if n == sizes[0]:
             saved_importtime, heaviest = importtime(env, ["status", "--json"], cronctl)
     cmd = "python bench/cli_latency.py" + (" --quick" if args.quick else f" --sizes {args.sizes} --rounds {rounds}")
-    cmd += " --cronctl BEFORE/bin/cronctl" if args.cronctl else ""
+    cmd += " --cronctl AFTER/bin/cronctl" if args.cronctl else ""
     cmd += f" --only {args.only}" if args.only else ""
-    text = table(f"CLI latency (ms, wall, {rounds} runs each)", ["jobs", "command", "stdout", "p50", "p90"], rows,
-                 command=cmd)
+    cmd += " --before BEFORE/bin/cronctl" if args.before else ""
+    headers = ["jobs", "command", "stdout", *(["p50 before"] if args.before else []), "p50", "p90"]
+    text = table(f"CLI latency (ms, wall, {rounds} runs each)", headers, rows, command=cmd)
     top = sorted(heaviest, reverse=True)[:15]
     text += "\n" + table(f"`-X importtime` of `cronctl status --json` at {sizes[0]:,} jobs: heaviest imports "
                          "(cumulative ms)", ["module", "cumulative ms"],
