@@ -46,6 +46,8 @@ def test_the_table_says_what_the_typer_command_says(command: str) -> None:
         assert (annotation is int) == (opt.kind == fastpath.INT), (command, flag)
         if opt.kind == fastpath.INT:
             assert (param.min, param.max) == (opt.low, opt.high)
+    required_options = [p.name for p in params.values() if p.opts[0].startswith("-") and p.required]
+    assert required_options == list(spec.required_options)
     arguments = [p.name for p in params.values() if not p.opts[0].startswith("-")]
     assert arguments == [*spec.arguments, *([spec.rest] if spec.rest else [])]
     for name in arguments:
@@ -85,6 +87,8 @@ def test_the_body_takes_every_parameter_with_typers_defaults(command: str) -> No
     (["run", "-f", "jobs.yaml", "--max-parallel", "5", "-q", "--lease", "2m"], "run", None,
      {"file": "jobs.yaml", "max_parallel": 5, "quiet": True, "lease": "2m"}),
     (["run", "--once"], "run", None, {"once": True}),
+    (["apply", "-f", "./jobs.yaml", "--prune", "--json"], "apply", None,
+     {"file": "./jobs.yaml", "prune": True, "json_out": True}),
 ])
 def test_the_plain_forms_are_taken(argv: list[str], command: str, home: str | None, values: dict[str, Any]) -> None:
     assert fastpath.parse(argv) == fastpath.Invocation(command, home, values)
@@ -99,7 +103,7 @@ def test_the_plain_forms_are_taken(argv: list[str], command: str, home: str | No
     ["add", "b", "--every", "1h", "--every", "2h"], ["add", "b", "--paused", "--not-paused"],
     ["add", "b", "--retries", "-1"], ["add", "b", "--on-failure", "-x"], ["add", "b", "-"], ["pause"],
     ["pause", "a", "b"], ["remove", "a", "--forc"], ["kill", "a"], ["run", "--max-parallel", "0"],
-    ["run", "extra"], ["run", "-f"], ["apply", "-f", "x"], ["lst"],
+    ["run", "extra"], ["run", "-f"], ["apply"], ["apply", "--prune"], ["apply", "-f", "x", "y"], ["lst"],
 ])
 def test_everything_else_goes_to_the_typer_app(argv: list[str]) -> None:
     assert fastpath.parse(argv) is None
@@ -138,8 +142,10 @@ def test_the_read_commands_print_what_the_typer_commands_print(home: Path, cli) 
         _same(*_both(home, *argv))
 
 
-def _store_without_times(home: Path) -> dict[str, Any]:
-    """The store with the fields that hold the moment of the command taken out."""
+def _store_without_times(home: Path) -> dict[str, Any] | None:
+    """The store with the fields that hold the moment of the command taken out (None: no store yet)."""
+    if not (home / "jobs.json").exists():
+        return None
     doc = json.loads((home / "jobs.json").read_text())
     for entry in doc["jobs"].values():
         for key in ("next_run_at", "created_at", "updated_at", "armed_at"):
@@ -162,6 +168,24 @@ def test_the_write_commands_do_what_the_typer_commands_do(tmp_path: Path) -> Non
     """Two homes, each command through both ways in turn: same output, exit code and store."""
     fast_home, typer_home = tmp_path / "fast", tmp_path / "typer"
     for argv in WRITES:
+        assert fastpath.parse(argv) is not None, argv
+        fast = subprocess.run([*cronctl_bin(), *argv], env=subprocess_env(fast_home), capture_output=True,
+                              text=True, timeout=60)
+        typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli.main import main; "
+                                    "main(sys.argv[1:])", *argv], env=subprocess_env(typer_home),
+                                   capture_output=True, text=True, timeout=60)
+        _same(fast, typer_way)
+        assert _store_without_times(fast_home) == _store_without_times(typer_home), argv
+
+
+@pytest.mark.slow
+def test_apply_does_what_the_typer_command_does(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - name: a\n    every: 1h\n    command: 'true'\n"
+                    "  - name: b\n    cron: '0 3 * * *'\n    command: [echo, hi]\n    paused: true\n")
+    fast_home, typer_home = tmp_path / "fast", tmp_path / "typer"
+    for argv in (["apply", "-f", str(jobs), "--dry-run"], ["apply", "-f", str(jobs)], ["apply", "-f", str(jobs)],
+                 ["apply", "--file", str(tmp_path / "missing.yaml")], ["apply", "-f", str(jobs), "--prune", "--json"]):
         assert fastpath.parse(argv) is not None, argv
         fast = subprocess.run([*cronctl_bin(), *argv], env=subprocess_env(fast_home), capture_output=True,
                               text=True, timeout=60)

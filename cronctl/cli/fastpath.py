@@ -4,8 +4,8 @@ The CLI framework costs more than most answers: typer 0.29 imports pydantic to c
 every parameter and builds the whole command tree on each start (about 150 ms of a
 `cronctl list` at 1,000 jobs that takes 40 ms of work). The commands people and
 monitoring run most (`list`, `show`, `status`, `history`, `next`, `add`, `edit`,
-`pause`, `resume`, `remove`, `force-run`) and the loop (`run`, whose start a service
-manager waits for) have simple command lines, so this module
+`pause`, `resume`, `remove`, `force-run`, `apply`) and the loop (`run`, whose start a
+service manager waits for) have simple command lines, so this module
 recognises them from a table and calls the very body the typer command calls
 (cli/jobcmds.py, cli/runcmds.py) with the same values: one body per command, whoever
 parsed its arguments.
@@ -40,6 +40,7 @@ class Command(NamedTuple):
     arguments: tuple[str, ...] = ()  # positional parameters, in order
     rest: str | None = None  # the parameter that takes every further argument (add's command)
     required: int = 0  # how many of `arguments` must be given
+    required_options: tuple[str, ...] = ()  # parameters given as options that typer requires
     reads_only: bool = False  # holds no lock, child or open write once answered: may skip teardown
 
 
@@ -76,6 +77,9 @@ COMMANDS: dict[str, Command] = {
     "remove": Command("jobcmds.remove", {"--force": Opt("force", FLAG)}, ("name",), required=1),
     "pause": Command("jobcmds.pause", {}, ("name",), required=1),
     "resume": Command("jobcmds.resume", {"--all": Opt("all_jobs", FLAG), **_JSON}, ("name",)),
+    "apply": Command("jobcmds.apply", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT),
+                                       "--prune": Opt("prune", FLAG), "--dry-run": Opt("dry_run", FLAG),
+                                       "--force": Opt("force", FLAG), **_JSON}, required_options=("file",)),
     "run": Command("runcmds.run", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT), "--once": Opt("once", FLAG),
                                    "--standby": Opt("standby", FLAG), "--max-parallel": Opt("max_parallel", INT, 1),
                                    "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),
@@ -149,6 +153,8 @@ def _values(command: Command, args: list[str]) -> dict[str, Any]:
             value = opt.kind == FLAG
         _store(values, opt, value)
     values.update(_arguments(command, positional))
+    if any(name not in values for name in command.required_options):
+        raise _Unsure
     return values
 
 

@@ -1,4 +1,4 @@
-"""The bodies of the job commands (add, edit, remove, list, show, next, pause, resume),
+"""The bodies of the job commands (add, edit, remove, list, show, next, pause, resume, apply),
 without the CLI framework.
 
 The typer commands of cli/jobs.py call these with the values typer parsed; the
@@ -11,6 +11,7 @@ loads only what it uses.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from cronctl.cli import render
@@ -133,3 +134,17 @@ def resume(name: str | None = None, all_jobs: bool = False, json_out: bool = Fal
 
     done = resume_jobs(open_context(), None if all_jobs else [name or ""])
     views.resumed(done.released, done.jobs, json_out)
+
+
+def apply(file: str | Path, prune: bool = False, dry_run: bool = False, force: bool = False,
+          json_out: bool = False) -> None:
+    from cronctl.ops import definitions as ops
+
+    # str(Path(...)): the file as typer hands it over ("./jobs.yaml" is "jobs.yaml"), either way in.
+    plan = ops.apply_file(open_context(), str(Path(file)), prune=prune, dry_run=dry_run, force=force)
+    for warning in plan.warnings:
+        render.warn(warning)
+    if json_out:
+        render.print_json(plan.to_dict())
+    else:
+        render.apply_plan(plan.to_dict(), dry_run)

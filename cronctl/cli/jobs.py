@@ -39,7 +39,6 @@ from cronctl.cli.app import (
     TzOpt,
     app,
     cli_clock,
-    open_context,
 )
 
 AfterOpt = Annotated[Optional[List[str]], typer.Option("--after", help="Run after this job (not on a schedule), "
@@ -153,16 +152,7 @@ def apply(
 
     Example: cronctl apply -f jobs.yaml --prune --dry-run
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops import definitions as ops
-
-    plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run, force=force)
-    for warning in plan.warnings:
-        render.warn(warning)
-    if json_out:
-        render.print_json(plan.to_dict())
-    else:
-        render.apply_plan(plan.to_dict(), dry_run)
+    jobcmds.apply(file, prune, dry_run, force, json_out)
 
 
 @app.command()
