@@ -157,13 +157,17 @@ class JobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name in _SPEC_FIELD_ORDER:  # fields() per call was a third of it, per job written
-            value = getattr(self, name)
-            if name in CHAIN_FIELDS and not self.after:
+        values = self.__dict__  # every field is there; read once per spec, not per field
+        keep_chain = bool(values["after"])
+        for name, kind in _TO_DICT_PLAN:  # per job written or shown: 10,000 at once for apply
+            value = values[name]
+            if kind == "chain" and not keep_chain:
                 continue  # a job outside any chain keeps the store bytes it always had
-            if name in DURATION_FIELDS and value is not None:
+            if value is None:
+                pass
+            elif kind == "duration":
                 value = format_duration(value)
-            elif name == "at":
+            elif kind == "at":
                 value = to_iso(value)
             elif isinstance(value, Enum):
                 value = value.value
@@ -231,6 +235,10 @@ CHAIN_FIELDS = ("after", "requires")
 _ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
                                                      ("requires", Requires))
 _SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
+# How to_dict writes each field: a duration's spelling, an instant, a chain field (left out
+# of a job outside any chain), or as it is (enums by value, tuples as lists, dicts copied).
+_TO_DICT_PLAN = tuple((name, "duration" if name in DURATION_FIELDS else "at" if name == "at"
+                       else "chain" if name in CHAIN_FIELDS else "plain") for name in _SPEC_FIELD_ORDER)
 _SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
 _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
 # The defaults of the fields that have one; a factory (env's) is called per spec.

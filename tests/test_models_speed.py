@@ -56,3 +56,37 @@ def test_durations_format_the_same_remembered_or_not() -> None:
                                                                           "0s"]
     with pytest.raises(ValueError):
         format_duration(float("nan"))
+
+
+def _to_dict_before(spec: JobSpec) -> dict[str, Any]:
+    """JobSpec.to_dict as it was written before it was made faster: the reference."""
+    from enum import Enum
+
+    from cronctl.models import CHAIN_FIELDS, DURATION_FIELDS
+    from cronctl.timefmt import to_iso
+
+    out: dict[str, Any] = {}
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if f.name in CHAIN_FIELDS and not spec.after:
+            continue
+        if f.name in DURATION_FIELDS and value is not None:
+            value = format_duration(value)
+        elif f.name == "at":
+            value = to_iso(value)
+        elif isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, dict):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: entry["name"])
+def test_to_dict_writes_what_it_wrote_before(entry: dict[str, Any]) -> None:
+    spec = JobSpec.from_dict(entry)
+    assert spec.to_dict() == _to_dict_before(spec)
+    assert list(spec.to_dict()) == list(_to_dict_before(spec))  # the same keys in the same order
+    assert spec.to_dict()["env"] is not spec.env
