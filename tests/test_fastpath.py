@@ -238,3 +238,28 @@ def test_the_fast_path_imports_neither_the_cli_framework_nor_rich_nor_yaml(home:
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "cronctl.cli.fastpath" in imported
     assert not {name for name in imported if name.split(".")[0] in ("typer", "click", "rich", "pydantic", "yaml")}
+
+
+def test_an_end_of_input_or_an_interrupt_exits_as_through_typer(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from cronctl.cli import jobcmds
+    from cronctl.cli.main import main
+
+    for raised, expected in ((EOFError, (130, "\ncronctl: aborted\n")), (KeyboardInterrupt, (130, ""))):
+        def body(json_out: bool = False, raised: type[BaseException] = raised) -> None:
+            raise raised
+
+        monkeypatch.setattr(jobcmds, "list_jobs", body)
+        seen = []
+        for way in (lambda: main(["list"]), lambda: exits_run(fastpath.parse(["list"]))):
+            with pytest.raises(SystemExit) as exited:
+                way()
+            seen.append((exited.value.code, capsys.readouterr().err))
+        assert seen == [expected, expected], raised
+
+
+def exits_run(invocation: fastpath.Invocation | None) -> None:
+    from cronctl.cli import exits
+
+    assert invocation is not None
+    exits.run(lambda: fastpath.run(invocation))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any, NamedTuple
 
 FLAG, OFF, TEXT, TEXTS, INT = "flag", "off", "text", "texts", "int"
@@ -197,5 +198,12 @@ def run(invocation: Invocation) -> int | None:
     session.set_root_options(invocation.home, None)
     module, function = COMMANDS[invocation.command].body.split(".")
     body = getattr(import_module(f"cronctl.cli.{module}"), function)
-    code: int | None = body(**invocation.values)
+    try:
+        code: int | None = body(**invocation.values)
+    except EOFError:
+        # As typer's layer answers it (a blank line, then cli/main's word); KeyboardInterrupt
+        # is exit 130 both ways, through exits.run.
+        print(file=sys.stderr)
+        print("cronctl: aborted", file=sys.stderr)
+        return 130
     return code
