@@ -43,6 +43,9 @@ def parse_duration(value: str | int | float, *, field: str = "duration") -> floa
     return _parse_text(value, field)
 
 
+# Every spec written back to the store or shown (`list --json` at 10,000 jobs: 70,000
+# calls) formats the same few values again: remember them. Errors are raised, never cached.
+@functools.lru_cache(maxsize=4096)
 def format_duration(seconds: float) -> str:
     """Canonical shortest spelling, rounded to milliseconds: 90 -> '1m30s'."""
     if math.isnan(seconds) or math.isinf(seconds):

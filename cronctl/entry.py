@@ -1,6 +1,6 @@
-"""The console script. Answers `--version` and `status --json` without importing the CLI
-framework (typer with pydantic costs more than either answer); everything else goes to
-the typer app (cli/main.py)."""
+"""The console script. Answers `--version` and the plain forms of the everyday commands
+(cli/fastpath.py) without importing the CLI framework (typer with pydantic costs more
+than most answers); everything else goes to the typer app (cli/main.py)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,18 @@ def main() -> None:
         return
     from cronctl.cli import fastpath
 
-    status_args = fastpath.parse(argv)
-    if status_args is not None:
-        import gc
-
+    invocation = fastpath.parse(argv)
+    if invocation is not None:
         from cronctl.cli import exits
 
-        # One read and one answer, then exit: collecting cycles would cost more (about a
-        # tenth of the command at 1,000 jobs) than the little garbage it could free.
-        gc.disable()
+        reads_only = fastpath.COMMANDS[invocation.command].reads_only
+        if reads_only:
+            import gc
 
-        exits.run(lambda: fastpath.run(status_args), skip_teardown=True)
+            # One read and one answer, then exit: collecting cycles would cost more (about a
+            # tenth of the command at 1,000 jobs) than the little garbage it could free.
+            gc.disable()
+        exits.run(lambda: fastpath.run(invocation), skip_teardown=reads_only)
     from cronctl.cli.main import main as cli_main
 
     cli_main()

@@ -6,7 +6,7 @@ Dataclasses are converted to plain dicts only at the store and audit boundary.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -159,13 +159,17 @@ class JobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in CHAIN_FIELDS and not self.after:
+        values = self.__dict__  # every field is there; read once per spec, not per field
+        keep_chain = bool(values["after"])
+        for name, kind in _TO_DICT_PLAN:  # per job written or shown: 10,000 at once for apply
+            value = values[name]
+            if kind == "chain" and not keep_chain:
                 continue  # a job outside any chain keeps the store bytes it always had
-            if f.name in DURATION_FIELDS and value is not None:
+            if value is None:
+                pass
+            elif kind == "duration":
                 value = format_duration(value)
-            elif f.name == "at":
+            elif kind == "at":
                 value = to_iso(value)
             elif isinstance(value, Enum):
                 value = value.value
@@ -173,34 +177,75 @@ class JobSpec:
                 value = list(value)
             elif isinstance(value, dict):
                 value = dict(value)
-            out[f.name] = value
+            out[name] = value
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
         """Rebuild from the store; the store only ever holds validated specs."""
-        kwargs = {key: value for key, value in data.items() if key in _SPEC_FIELDS}
+        kwargs = dict(data)  # a C copy, then the few keys that are not fields dropped
+        for key in kwargs.keys() - _SPEC_FIELDS:
+            del kwargs[key]
         for key in DURATION_FIELDS:
-            if kwargs.get(key) is not None:
-                kwargs[key] = parse_duration(kwargs[key], field=key)
+            value = kwargs.get(key)
+            if value is not None:
+                kwargs[key] = _stored_duration(value, key)
         if "at" in kwargs:
             kwargs["at"] = from_iso(kwargs["at"])
-        if "overlap" in kwargs:
-            kwargs["overlap"] = Overlap(kwargs["overlap"])
-        if "catchup" in kwargs:
-            kwargs["catchup"] = Catchup(kwargs["catchup"])
-        if "requires" in kwargs:
-            kwargs["requires"] = Requires(kwargs["requires"])
+        for key, kind in _ENUM_FIELDS:
+            if key in kwargs:
+                kwargs[key] = _stored_enum(kind, kwargs[key])
         for key in ("command", "on_failure", "after"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
-        return cls(**kwargs)
+        if cls is not JobSpec or not _SPEC_REQUIRED <= kwargs.keys():
+            return cls(**kwargs)  # the generated __init__ names what is missing
+        # Every read command rebuilds every job's spec (10,000 at once): the frozen
+        # dataclass's __init__ sets its 23 fields one object.__setattr__ at a time, two
+        # thirds of this method. The values are the same; only the way they are set differs
+        # (tests/test_models_speed.py compares both ways).
+        values = {**_SPEC_DEFAULTS, **{name: make() for name, make in _SPEC_FACTORIES}, **kwargs}
+        spec: JobSpec = object.__new__(JobSpec)
+        spec.__dict__.update(values)
+        return spec
+
+
+# A store holds few distinct duration spellings and enum values: each is converted once
+# per process ("1h" -> 3600.0), not once per job and field on every read of 10,000 jobs.
+_STORED_DURATIONS: dict[str, float] = {}
+
+
+def _stored_duration(value: Any, key: str) -> float:
+    if isinstance(value, str):
+        seconds = _STORED_DURATIONS.get(value)
+        if seconds is None:
+            seconds = parse_duration(value, field=key)  # raises, naming the field, on a bad one
+            if len(_STORED_DURATIONS) < 4096:
+                _STORED_DURATIONS[value] = seconds
+        return seconds
+    return parse_duration(value, field=key)
+
+
+def _stored_enum(kind: type[Enum], value: Any) -> Any:
+    member = kind._value2member_map_.get(value) if isinstance(value, str) else None
+    return member if member is not None else kind(value)  # kind(value) raises on a bad one
 
 
 CHAIN_FIELDS = ("after", "requires")
 
 # from_dict runs once per job on every read command: fields() per call was a fifth of it.
-_SPEC_FIELDS = frozenset(f.name for f in fields(JobSpec))
+_ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
+                                                     ("requires", Requires))
+_SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
+# How to_dict writes each field: a duration's spelling, an instant, a chain field (left out
+# of a job outside any chain), or as it is (enums by value, tuples as lists, dicts copied).
+_TO_DICT_PLAN = tuple((name, "duration" if name in DURATION_FIELDS else "at" if name == "at"
+                       else "chain" if name in CHAIN_FIELDS else "plain") for name in _SPEC_FIELD_ORDER)
+_SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
+_SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
+# The defaults of the fields that have one; a factory (env's) is called per spec.
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.default is not MISSING}
+_SPEC_FACTORIES = tuple((f.name, f.default_factory) for f in fields(JobSpec) if f.default_factory is not MISSING)
 
 
 def command_text(command: str | tuple[str, ...] | None) -> str:

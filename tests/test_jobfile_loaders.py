@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cronctl.errors import ConfigError
-from cronctl.jobs import jobfile
+from cronctl.jobs import yamlfile
 
 PATH = Path("/jobs.yaml")
 
@@ -79,11 +79,11 @@ def shape(value: Any) -> Any:
 
 
 def used_loader(text: str) -> Any:
-    return jobfile._parse_yaml(PATH, text)
+    return yamlfile.parse_yaml(PATH, text)
 
 
 def pure_loader(text: str) -> Any:
-    return jobfile._load_yaml(PATH, text, jobfile._PyLineLoader)
+    return yamlfile._load_yaml(PATH, text, yamlfile._PyLineLoader)
 
 
 def as_read_from_a_file(text: str) -> str:
@@ -93,7 +93,7 @@ def as_read_from_a_file(text: str) -> str:
 
 @needs_libyaml
 def test_the_c_parser_is_the_one_used_when_pyyaml_has_libyaml() -> None:
-    assert issubclass(jobfile._LineLoader, yaml.CSafeLoader)
+    assert issubclass(yamlfile._LineLoader, yaml.CSafeLoader)
 
 
 @needs_libyaml
@@ -103,10 +103,10 @@ def test_a_big_file_has_the_same_values_and_lines_under_both_parsers() -> None:
         lines += [f"  - name: job-{index:03d}", "    every: 1h", f'    command: ["echo", "{index}"]',
                   f"    env: {{A: '{index}', B: {index}}}"]
     text = "\n".join(lines) + "\n"
-    fast = outcome(lambda t: jobfile._load_yaml(PATH, t, jobfile._LineLoader), text)  # no fallback
+    fast = outcome(lambda t: yamlfile._load_yaml(PATH, t, yamlfile._LineLoader), text)  # no fallback
     pure = outcome(pure_loader, text)
     assert fast == pure and fast[0] == "ok"
-    last = jobfile._parse_yaml(PATH, text)["jobs"][299]  # after 2 + 299 * 4 lines
+    last = yamlfile.parse_yaml(PATH, text)["jobs"][299]  # after 2 + 299 * 4 lines
     assert (last.line, last.key_lines) == (1199, {"name": 1199, "every": 1200, "command": 1201, "env": 1202})
 
 

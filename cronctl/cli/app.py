@@ -6,17 +6,16 @@ commands on `app`; only cli/main.py imports them, so nothing here imports back.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, List, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
 from cronctl import __version__
-from cronctl.clock import Clock, SystemClock
+from cronctl.cli import session
+from cronctl.cli.session import cli_clock, open_context, open_store_context
 
-if TYPE_CHECKING:
-    from cronctl.context import Context
+__all__ = ["app", "cli_clock", "open_context", "open_store_context", "finish"]
 
 app = typer.Typer(
     name="cronctl",
@@ -29,8 +28,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# "clock" is the test seam of the CLI: tests put a FakeClock here; None means the system clock.
-_state: dict[str, Any] = {"home": None, "clock": None, "store": None}
+# The invocation's state lives in cli/session.py (the framework-free entry sets it too);
+# `_state` is the same dict, where tests put a FakeClock under "clock".
+_state = session.state
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output with stable keys.")]
 
@@ -51,36 +51,13 @@ def root(
                                                  help="A PostgreSQL store, postgresql://... (default "
                                                  "$CRONCTL_STORE; none: the JSON store of the home).")] = None,
 ) -> None:
-    _state["home"] = home
-    _state["store"] = store
+    session.set_root_options(home, store)
 
 
-def open_context() -> Context:
-    """The home of this invocation (--home, else the environment), with the CLI's clock."""
-    # Imported here: the store and audit modules are not needed by --help, validate or export -f.
-    from cronctl.context import Context
-    from cronctl.paths import resolve_home
-    from cronctl.store.backends import selected_url
-
-    return Context.open(resolve_home(_state["home"]), clock=_state["clock"],
-                        store_url=selected_url(_state["store"], os.environ))
-
-
-def cli_clock() -> Clock:
-    """The clock of this invocation, for a command that opens no context."""
-    clock: Clock = _state["clock"] or SystemClock()
-    return clock
-
-
-def open_store_context() -> Context:
-    """A context whose store is known to parse: a command that needs the store fails
-    on a corrupt one (exit 1, naming the file) even when it would not otherwise read it."""
-    ctx = open_context()
-    if ctx.on_postgres:
-        _ = ctx.leases  # connects and checks the schema: an unreachable database fails here
-    else:
-        ctx.store.read()
-    return ctx
+def finish(code: int | None) -> None:
+    """A command body's exit code, as typer's way out (0 and None: a normal return)."""
+    if code:
+        raise typer.Exit(code)
 
 
 # --- job options shared by add and edit -----------------------------------------

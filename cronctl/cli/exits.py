@@ -1,6 +1,6 @@
 """The one place a failure becomes a message and an exit code, for every way in.
 
-Both the typer app (cli.main) and the framework-free fast path (fastpath.py) run their
+Both the typer app (cli.main) and the framework-free entry (fastpath.py) run their
 command through `run`, so an error reads and exits the same whichever answered.
 """
 

@@ -1,19 +1,21 @@
 """The commands that define jobs and read their definitions: add, edit, remove, list, show,
 next, apply, validate, pause, resume. Registered on the app by cli/main.py.
 
-Every command module is imported for every command, so each command imports the use-case
-module it calls (ops.definitions pulls in YAML and the schedule code) and cli.views inside
-its own body: a command loads only what it uses.
+The bodies of most of them are in cli/jobcmds.py, which the framework-free entry calls
+too (cli/argv.py); these functions are what typer parses command lines into. Every
+command module is imported for every command, so each command imports the use-case
+module it calls (ops.definitions pulls in YAML and the schedule code) inside its own
+body: a command loads only what it uses.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
-from cronctl.cli import render
+from cronctl.cli import jobcmds, render
 from cronctl.cli.app import (
     AtOpt,
     CatchupOpt,
@@ -37,9 +39,7 @@ from cronctl.cli.app import (
     TzOpt,
     app,
     cli_clock,
-    open_context,
 )
-from cronctl.errors import UsageError
 
 AfterOpt = Annotated[Optional[List[str]], typer.Option("--after", help="Run after this job (not on a schedule), "
                                                        "repeatable.")]
@@ -62,20 +62,11 @@ def add(
 
     Example: cronctl add backup --cron "0 3 * * *" --tz Europe/Berlin -- "pg_dump db | gzip > /tmp/db.gz"
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.cli import views
-    from cronctl.ops import definitions as ops
-
-    options = _collect_options(
-        cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
-        kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
-        retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-        on_failure=on_failure, paused=paused, command=_command_from_args(command),
-        after=after, requires=requires,
-    )
-    ctx = open_context()
-    view = ops.add_job(ctx, ops.spec_from_options(name, options))
-    views.added(view, ctx, json_out)
+    jobcmds.add(name, command, json_out,
+                cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
+                kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
+                retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
+                on_failure=on_failure, paused=paused, after=after, requires=requires)
 
 
 @app.command()
@@ -96,50 +87,11 @@ def edit(
 
     Example: cronctl edit backup --cron "30 3 * * *" --timeout 2h
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.cli import views
-    from cronctl.ops import definitions as ops
-
-    changes = _collect_options(
-        cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
-        kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
-        retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-        on_failure=on_failure, paused=paused, command=_command_from_args(command),
-        after=after, requires=requires,
-    )
-    ctx = open_context()
-    view, changed = ops.edit_job(ctx, name, changes, unset or [])
-    views.edited(view, changed, ctx, json_out)
-
-
-def _collect_options(**given: Any) -> dict[str, Any]:
-    """Turn CLI option values into the YAML-shaped fields build_spec validates."""
-    options: dict[str, Any] = {}
-    for key, value in given.items():
-        if value is None or value == []:
-            continue
-        if key == "env":
-            options["env"] = _parse_env_pairs(value)
-        else:
-            options[key] = value
-    return options
-
-
-def _parse_env_pairs(pairs: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
-        env[key] = value
-    return env
-
-
-def _command_from_args(args: list[str] | None) -> str | list[str] | None:
-    """One argument is a shell string (/bin/sh -c); several are an argv list."""
-    if not args:
-        return None
-    return args[0] if len(args) == 1 else list(args)
+    jobcmds.edit(name, command, unset, json_out,
+                 cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
+                 kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
+                 retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
+                 on_failure=on_failure, paused=paused, after=after, requires=requires)
 
 
 @app.command()
@@ -152,11 +104,7 @@ def remove(
 
     Example: cronctl remove backup --force
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops import definitions as ops
-
-    killed = ops.remove_job(open_context(), name, force)
-    render.say(f"removed {name}" + (f" (killed {killed} running run(s))" if killed else ""))
+    jobcmds.remove(name, force)
 
 
 @app.command("list")
@@ -165,12 +113,7 @@ def list_cmd(json_out: JsonOpt = False) -> None:
 
     Example: cronctl list --json
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.cli import views
-    from cronctl.ops import definitions as ops
-
-    ctx = open_context()
-    views.job_list(ops.list_jobs(ctx), ctx, json_out)
+    jobcmds.list_jobs(json_out)
 
 
 @app.command()
@@ -179,18 +122,7 @@ def show(name: Annotated[str, typer.Argument(help="Job to show.")], json_out: Js
 
     Example: cronctl show backup
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.cli import views
-    from cronctl.ops import definitions as ops
-
-    ctx = open_context()
-    views.job_shown(ops.show_job(ctx, name), ctx, json_out)
-    if not json_out:
-        from cronctl.ops.chains import chain_graph
-
-        graph = chain_graph(ctx, name)
-        for tree in graph.trees if graph else []:
-            render.say("\nchain:\n" + "\n".join("  " + line for line in tree))
+    jobcmds.show(name, json_out)
 
 
 @app.command("next")
@@ -204,13 +136,7 @@ def next_cmd(
 
     Example: cronctl next backup -n 3 --from 2026-10-24T00:00:00+02:00
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.cli import views
-    from cronctl.ops import definitions as ops
-
-    ctx = open_context()
-    start = ops.parse_instant(from_, keep_naive=True) if from_ else None  # naive: in each job's zone
-    views.next_fires(ops.next_fires(ctx, name, count, start), json_out)
+    jobcmds.next_fires(name, count, from_, json_out)
 
 
 @app.command()
@@ -226,16 +152,7 @@ def apply(
 
     Example: cronctl apply -f jobs.yaml --prune --dry-run
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops import definitions as ops
-
-    plan = ops.apply_file(open_context(), str(file), prune=prune, dry_run=dry_run, force=force)
-    for warning in plan.warnings:
-        render.warn(warning)
-    if json_out:
-        render.print_json(plan.to_dict())
-    else:
-        render.apply_plan(plan.to_dict(), dry_run)
+    jobcmds.apply(file, prune, dry_run, force, json_out)
 
 
 @app.command()
@@ -266,11 +183,7 @@ def pause(name: Annotated[str, typer.Argument(help="Job to pause.")]) -> None:
 
     Example: cronctl pause backup
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops import definitions as ops
-
-    changed = ops.pause_job(open_context(), name)
-    render.say(f"paused {name}" if changed else f"{name} was already paused")
+    jobcmds.pause(name)
 
 
 @app.command()
@@ -283,11 +196,4 @@ def resume(
 
     Example: cronctl resume backup
     """
-    if bool(name) == all_jobs:
-        raise UsageError("give a job name or --all")
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.cli import views
-    from cronctl.ops.resume import resume as resume_jobs
-
-    done = resume_jobs(open_context(), None if all_jobs else [name or ""])
-    views.resumed(done.released, done.jobs, json_out)
+    jobcmds.resume(name, all_jobs, json_out)

@@ -83,16 +83,39 @@ def columns(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[st
     took 2.3 s for 1,000 jobs (17 s for 10,000); this is the same layout in
     milliseconds. Widths are terminal cells, so wide characters line up too.
     """
-    from rich.cells import cell_len
-
-    cells = [header, *([_printable(cell).translate(_ESCAPED) for cell in row] for row in rows)]
-    widths = [max(cell_len(row[index]) for row in cells) for index in range(len(header) - 1)]
+    cells = [header, *([_shown(cell) for cell in row] for row in rows)]
+    # One look at the whole table: ASCII cells take one terminal cell a character, so the
+    # widths are len() (measuring each cell took a third of `list` at 10,000 jobs).
+    measure = len if all("".join(row).isascii() for row in cells) else cell_len
+    widths = [max(map(measure, column)) for column in list(zip(*cells, strict=True))[:-1]]
+    if measure is len:  # one str.format per row: padding cell by cell was half of this
+        template = "  ".join([*(f"{{:<{width}}}" for width in widths), "{}"])
+        return [template.format(*row).rstrip() for row in cells]
     lines = []
     for row in cells:
         # widths has no entry for the last column (left unpadded): zip stops before it.
-        padded = [cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths, strict=False)]
+        padded = [cell + " " * (width - measure(cell)) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join([*padded, row[-1]]).rstrip())
     return lines
+
+
+def _shown(cell: str) -> str:
+    """A cell as a table shows it: control characters escaped, one line."""
+    if cell.isascii():
+        # Printable ASCII has nothing to escape: the common cell skips the translation.
+        return cell if cell.isprintable() else cell.translate(_ESCAPED)
+    return _printable(cell).translate(_ESCAPED)
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells `text` takes. Table cells reach here with control characters
+    escaped, so ASCII text takes one cell a character; only other text needs rich's
+    table of wide and zero-width characters (its import is most of a short command)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len as rich_cell_len
+
+    return rich_cell_len(text)
 
 
 def print_lines(lines: list[str]) -> None:
@@ -137,9 +160,7 @@ def fitted_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], wid
     """`columns` no wider than `width` where it can be: the columns of `drop_order` are
     dropped one by one until the rows fit; if they still do not, the last column's cells
     are cut with an ellipsis (to no fewer than `min_last` cells)."""
-    from rich.cells import cell_len
-
-    cells = [tuple(_printable(cell).translate(_ESCAPED) for cell in row) for row in rows]
+    cells = [tuple(_shown(cell) for cell in row) for row in rows]
     keep = list(header)
     for dropped in (None, *drop_order):
         if dropped is not None:
@@ -160,15 +181,11 @@ def _only_columns(header: tuple[str, ...], rows: list[tuple[str, ...]],
 
 def _lead_width(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> int:
     """Cells taken by every column but the last, with their two-space gaps."""
-    from rich.cells import cell_len
-
     return sum(max(cell_len(row[i]) for row in (header, *rows)) + 2 for i in range(len(header) - 1))
 
 
 def _cut(text: str, cells: int) -> str:
     """`text` in at most `cells` terminal cells, an ellipsis marking a cut."""
-    from rich.cells import cell_len
-
     if cell_len(text) <= cells:
         return text
     kept: list[str] = []
@@ -194,7 +211,9 @@ def local_iso(when: datetime) -> str:
 
 def utc_z(when: datetime) -> str:
     """The same instant in UTC, written with a Z."""
-    return local_iso(when.astimezone(timezone.utc).replace(tzinfo=None)) + "Z"
+    # An instant in UTC already (every slot) is written "...+00:00": only the suffix changes.
+    utc = when if when.tzinfo is timezone.utc else when.astimezone(timezone.utc)
+    return local_iso(utc)[:-6] + "Z"
 
 
 def fire_text(when: datetime, zone: str) -> str:
@@ -209,15 +228,25 @@ def next_table(rows: list[tuple[str, str, list[tuple[datetime, datetime]]]], pau
     """rows: (job, zone, [(local instant, utc instant)]); a paused job's instants are its schedule, not fires."""
     paused = set(paused)
     words = words or {}
+    lines = []  # written at once: `next` of 10,000 jobs is 60,000 lines
     for job, zone, instants in rows:
         if not instants:
-            say(f"{job}: no further fires")
+            lines.append(f"{job}: no further fires")
             continue
         note = f", paused: none of these fire until 'cronctl resume {job}'" if job in paused else ""
         said = f" — {words[job]}" if job in words else ""
-        say(f"{job} ({zone}{note}){said}:")
-        for local, utc in instants:
-            say(f"  {local_iso(local)}   {utc_z(utc)}")
+        lines.append(f"{job} ({zone}{note}){said}:")
+        lines.extend(f"  {_local_then_utc(local, utc)}" for local, utc in instants)
+    print_lines(lines)
+
+
+def _local_then_utc(local: datetime, utc: datetime) -> str:
+    """`local_iso(local)   utc_z(utc)`; written once when the zone's offset is 0 (UTC jobs),
+    where both are the same text up to the suffix: 50,000 instants for `next` of 10,000 jobs."""
+    text = local_iso(utc if utc.tzinfo is timezone.utc else utc.astimezone(timezone.utc))
+    if not local.utcoffset():
+        return f"{text}   {text[:-6]}Z"
+    return f"{local_iso(local)}   {text[:-6]}Z"
 
 
 def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
@@ -226,12 +255,11 @@ def apply_plan(plan: dict[str, Any], dry_run: bool) -> None:
     lines += [f"~ update {n} ({', '.join(f)})" for n, f in plan["update"].items()]
     lines += [f"~ adopt {n} (added by hand, now defined by this file)" for n in plan["adopt"]]
     lines += [f"- prune {n}" for n in plan["prune"]]
-    for line in lines:
-        say(line)
     updated = len(plan["update"]) + len(plan["adopt"])
     summary = (f"{plan['file']}: {verb} create {len(plan['create'])}, update {updated}, "
                f"prune {len(plan['prune'])}, unchanged {len(plan['unchanged'])}")
-    say(summary)
+    # One write: a terminal flushes print() line by line (10,000 writes for 10,000 jobs).
+    print_lines([*lines, summary])
 
 
 def audit_rows(rows: list[dict[str, Any]]) -> None:

@@ -12,12 +12,12 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from cronctl.cli import render
-from cronctl.cli.app import JsonOpt, app, open_context, open_store_context
+from cronctl.cli import render, runcmds
+from cronctl.cli.app import JsonOpt, app, finish, open_context
 from cronctl.durations import parse_duration
 from cronctl.errors import CronctlError
 
@@ -92,27 +92,8 @@ def run(
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.loop.endpoint import parse_listen
-    from cronctl.loop.scheduler import LoopOptions
-    from cronctl.ops.runs import run_loop
-
-    options = LoopOptions(file=file.absolute() if file else None, once=once, standby=standby,
-                          max_parallel=max_parallel,
-                          takeover_after=parse_duration(takeover_after, field="--takeover-after"),
-                          lease=parse_duration(lease, field="--lease"),
-                          metrics_file=metrics_file.absolute() if metrics_file else None, quiet=quiet,
-                          http=parse_listen(http, http_allow_remote) if http else None)
-    ctx = open_context()
-    if not quiet:
-        ctx.audit.listeners.append(_echo_decision)
-    raise typer.Exit(run_loop(ctx, options))
-
-
-def _echo_decision(row: dict[str, Any]) -> None:
-    line = render.loop_line(row)
-    if line is not None:
-        print(line, file=sys.stderr, flush=True)
+    finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
+                       http_allow_remote))
 
 
 @app.command()
@@ -127,27 +108,7 @@ def status(
 
     Example: cronctl status --stale || alert "cron is stale"
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.status import status as status_report
-    from cronctl.ops.status import status_json
-
-    ctx = open_context()
-    if watch:
-        def frame() -> list[str]:
-            data = status_json(status_report(ctx), only_stale=stale)
-            title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
-            return [title, *render.status_lines(data, stale)]
-
-        render.watch(frame, interval)
-        return
-    report = status_report(ctx)
-    data = status_json(report, only_stale=stale)
-    if json_out:
-        render.print_json(data)
-    else:
-        render.status_view(data, stale)
-    if stale and report.stale:
-        raise typer.Exit(3)
+    finish(runcmds.status(stale, json_out, watch, interval))
 
 
 @app.command()
@@ -162,19 +123,7 @@ def history(
 
     Example: cronctl history backup -n 5
     """
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.runs import run_history
-
-    if chain is not None:
-        from cronctl.ops.chains import chain_history
-
-        records = chain_history(open_store_context(), chain, name)
-    else:
-        records = run_history(open_store_context(), name, count)
-    if json_out:
-        render.print_json({"runs": records})
-    elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
-        render.history_table(records)
+    runcmds.history(name, count, chain, json_out)
 
 
 @app.command()
@@ -232,40 +181,7 @@ def force_run(
 
     Example: cronctl force-run backup --wait
     """
-    if chain:
-        _force_chain(name, wait, json_out)
-        return
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops import runs as runops
-
-    result = runops.force_run(open_context(), name, wait)
-    record = result.record
-    if json_out:
-        render.print_json({"run_id": result.run_id, "via_loop": result.via_loop, "run": record})
-    elif record is None:
-        render.say(f"started {name} run {result.run_id} through the running loop; "
-                   f"'cronctl logs {name} -f' follows it")
-    else:
-        reason = render.run_reason(record)
-        render.say(f"{name} run {result.run_id}: {record['status']}" + (f" ({reason})" if reason else ""))
-    if wait or not result.via_loop:
-        raise typer.Exit(runops.exit_code_of(record) if wait else 0)
-
-
-def _force_chain(name: str, wait: bool, json_out: bool) -> None:
-    """`force-run NODE --chain`: the chain is recorded; the loop runs it (not this process)."""
-    from cronctl.errors import UsageError
-    from cronctl.ops.chains import force_chain
-
-    if wait:
-        raise UsageError("--wait does not apply with --chain; follow it with 'cronctl history --chain ID'")
-    forced = force_chain(open_context(), name)
-    if json_out:
-        render.print_json({"chain": forced.chain_id, "jobs": forced.jobs, "via_loop": forced.loop_running})
-        return
-    when = "the running loop starts it" if forced.loop_running else "it starts when 'cronctl run' runs"
-    render.say(f"chain {forced.chain_id} of {', '.join(forced.jobs)}: {when}; "
-               f"'cronctl history --chain {forced.chain_id}' lists its runs")
+    finish(runcmds.force_run(name, wait, chain, json_out))
 
 
 @app.command()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from cronctl.cli import render
-from cronctl.jobs.health import job_health
+from cronctl.jobs.health import LeaseExpired, OwnerAlive, job_health
 from cronctl.jobs.state import JobView, entry_from
 from cronctl.jobs.words import describe
 from cronctl.models import command_text
@@ -29,23 +29,27 @@ if TYPE_CHECKING:
 
 def job_json(view: JobView, ctx: Context) -> dict[str, Any]:
     """A job's --json document: its stored entry, its next fire instant and its health."""
-    now = ctx.clock.now()
-    health = job_health(view, now, owner_alive, lease_checker())
+    health = job_health(view, ctx.clock.now(), owner_alive, lease_checker())
     data = entry_from(view.spec, view.state)
-    next_slot = view.next_run_at
-    data["next_fire_at"] = to_iso(fire_at(view.spec, next_slot)) if next_slot and not view.paused else None
+    next_fire = _next_fire(view)
+    data["next_fire_at"] = to_iso(next_fire)
     data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
     return data
 
 
-def job_row(view: JobView, ctx: Context) -> dict[str, Any]:
-    """A job as one row of `cronctl list`."""
-    data = job_json(view, ctx)
+def _next_fire(view: JobView) -> datetime | None:
+    next_slot = view.next_run_at
+    return fire_at(view.spec, next_slot) if next_slot and not view.paused else None
+
+
+def job_row(view: JobView, now: datetime, is_alive: OwnerAlive, lease_ok: LeaseExpired) -> dict[str, Any]:
+    """A job as one row of `cronctl list`: what job_json says of it, without the stored
+    entry rebuilt from the spec (most of the command's time at 10,000 jobs)."""
     return {
         "name": view.spec.name, "schedule": view.spec.schedule_text, "when": describe(view.spec),
         "timezone": view.spec.timezone,
-        "next_fire": from_iso(data["next_fire_at"]), "last_run": from_iso(view.state.get("last_run_at")),
-        "status_word": data["health"]["state"], "command": view.spec.command,
+        "next_fire": _next_fire(view), "last_run": from_iso(view.state.get("last_run_at")),
+        "status_word": job_health(view, now, is_alive, lease_ok).state, "command": view.spec.command,
     }
 
 
@@ -122,7 +126,8 @@ def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
     if json_out:
         render.print_json({"jobs": [job_json(view, ctx) for view in job_views]})
         return
-    render.jobs_table((job_row(view, ctx) for view in job_views), ctx.clock.now())
+    now, lease_ok = ctx.clock.now(), lease_checker()
+    render.jobs_table((job_row(view, now, owner_alive, lease_ok) for view in job_views), now)
 
 
 def job_shown(view: JobView, ctx: Context, json_out: bool) -> None:

@@ -13,8 +13,6 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from cronctl.durations import parse_duration
 from cronctl.errors import ConfigError, CronctlError
 from cronctl.jobs.chainfields import CHAIN_CHECKS, CHAIN_FIELDS, chain_combo_problems
@@ -33,107 +31,10 @@ TOP_LEVEL_KEYS = ("defaults", "jobs")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MIN_EVERY = 0.1
 MAX_RETRIES = 100
-# A jobs file of thousands of jobs is a few hundred thousand nodes; aliases that expand past
-# this are a "billion laughs" document, which every later walk of the values would pay for.
-MAX_EXPANDED_NODES = 1_000_000
 
 
 class FieldProblem(Exception):
     """One bad field value; the caller adds where it was found."""
-
-
-class AliasBomb(Exception):
-    """The document's aliases expand to more nodes than any jobs file needs."""
-
-
-# --- YAML with line numbers -------------------------------------------------
-
-
-class _LineDict(dict):  # type: ignore[type-arg]
-    line: int = 0
-    key_lines: dict[str, int]
-
-
-class _LineConstructor(yaml.constructor.SafeConstructor):
-    """Safe construction that remembers lines and refuses duplicate keys (PyYAML keeps the last silently).
-
-    Mixed into both parsers below: libyaml's and PyYAML's own give the same nodes and marks.
-    """
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
-        result = _LineDict()
-        result.line = node.start_mark.line + 1
-        result.key_lines = {}
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                hash(key)
-            except TypeError:
-                # `? [a, b]: 1` makes a list key; SafeLoader's own check was bypassed by this override.
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark
-                ) from None
-            if isinstance(key, str) and key in result:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            result[key] = self.construct_object(value_node, deep=True)
-            if isinstance(key, str):
-                result.key_lines[key] = key_node.start_mark.line + 1
-        return result
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        # Composing is linear in the text, but each alias re-uses a whole subtree: nine
-        # levels of nine aliases are 9**9 values to walk. Refuse before constructing.
-        _check_expansion(node)
-        return super().construct_document(node)
-
-
-class _PyLineLoader(_LineConstructor, yaml.SafeLoader):
-    """PyYAML's pure-Python parser: the reference, whose error messages users see."""
-
-
-def _construct_line_mapping(loader: yaml.SafeLoader | yaml.CSafeLoader, node: yaml.MappingNode) -> Any:
-    # Every mapping of the document is built by _LineConstructor.construct_mapping: a
-    # _LineDict that knows its lines, instead of SafeLoader's plain dict.
-    return loader.construct_mapping(node)
-
-
-_PyLineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_line_mapping)
-
-# The loader of every jobs file; PyYAML built without libyaml has the pure one only.
-_LineLoader: type[yaml.SafeLoader | yaml.CSafeLoader] = _PyLineLoader
-if yaml.__with_libyaml__:
-
-    class _CLineLoader(_LineConstructor, yaml.CSafeLoader):
-        """libyaml's parser: about 3x faster on a big file (10,000 jobs: 0.75-1.0 s instead of 2.3-3.1 s)."""
-
-    _CLineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_line_mapping)
-    _LineLoader = _CLineLoader
-
-
-def _check_expansion(root: yaml.Node) -> None:
-    """Raise AliasBomb when the tree, with every alias expanded, exceeds MAX_EXPANDED_NODES."""
-    sizes: dict[int, int] = {}
-
-    def size(node: yaml.Node) -> int:
-        known = sizes.get(id(node))
-        if known is not None:
-            return known
-        sizes[id(node)] = 1  # a recursive alias counts once: the walks below stop at a depth limit
-        total = 1
-        if isinstance(node, yaml.SequenceNode):
-            total += sum(size(child) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total += sum(size(key) + size(value) for key, value in node.value)
-        if total > MAX_EXPANDED_NODES:
-            raise AliasBomb(f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values; "
-                            "a jobs file never needs that many (is it an alias bomb?)")
-        sizes[id(node)] = total
-        return total
-
-    size(root)
 
 
 @dataclass(frozen=True)
@@ -166,7 +67,11 @@ def load_jobs_file(path: str | os.PathLike[str]) -> LoadedFile:
         # Its name is recorded as the jobs' source in the store, which holds UTF-8 text only.
         raise ConfigError([f"{ascii(str(file_path))}: the file name is not valid UTF-8; rename the file"])
     text = _read_text(file_path)
-    document = _parse_yaml(file_path, text)
+    # Imported here: PyYAML is a fifth of the imports of every command that builds a spec
+    # from options (add, edit) or reads specs (list, show), and only a jobs file needs it.
+    from cronctl.jobs.yamlfile import parse_yaml
+
+    document = parse_yaml(file_path, text)
     problems: list[str] = []
     at_lines: dict[str, int] = {}
     specs = _specs_from_document(file_path, document, problems, at_lines)
@@ -186,45 +91,6 @@ def _read_text(path: Path) -> str:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-
-
-# Where libyaml reads a document differently from PyYAML (found by comparing the two on
-# generated documents, tests/test_jobfile_loaders.py): it takes a tab where PyYAML refuses
-# one, strips every leading BOM (PyYAML one), reads a bare `!` tag as '' (PyYAML None) and
-# takes a `#` right after a block scalar's `|` or `>`. A text with any of these goes to PyYAML.
-_LIBYAML_DIFFERS = re.compile(r"[\t\ufeff]|!(?=[\s,\]}]|$)|[|>][-+0-9]*#")
-
-
-def _parse_yaml(path: Path, text: str) -> Any:
-    if _LineLoader is _PyLineLoader or _LIBYAML_DIFFERS.search(text):
-        return _load_yaml(path, text, _PyLineLoader)
-    try:
-        return _load_yaml(path, text, _LineLoader)
-    except ConfigError:
-        # libyaml words its errors its own way ("did not find expected node content") and
-        # refuses some documents PyYAML reads (nesting past 1,000 levels, a BOM inside the
-        # text): a document it refuses is read again by PyYAML's parser, so a bad file gets
-        # the message it always got and PyYAML decides what is valid. Only bad files pay twice.
-        return _load_yaml(path, text, _PyLineLoader)
-
-
-def _load_yaml(path: Path, text: str, loader: type[yaml.SafeLoader | yaml.CSafeLoader]) -> Any:
-    try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeConstructor with a safe parser
-    except AliasBomb as exc:
-        raise ConfigError([f"{path}: refused: {exc}"]) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError([f"{path}{line}: invalid YAML: {exc.problem or exc.context}"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
-    except (ValueError, TypeError, OverflowError, RecursionError, LookupError, AttributeError) as exc:
-        # PyYAML lets some of its own failures escape raw: an escape like "\U10010000"
-        # (chr() out of range), nesting deeper than the interpreter's stack, an empty value
-        # with an explicit type (`!!int`: IndexError, `!!bool`: KeyError, `!!timestamp`:
-        # AttributeError).
-        raise ConfigError([f"{path}: invalid YAML: {type(exc).__name__}: {exc}"]) from None
 
 
 def _specs_from_document(path: Path, document: Any, problems: list[str], at_lines: dict[str, int]) -> list[JobSpec]:

@@ -51,23 +51,34 @@ class DueIndex:
 
 def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
     """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
-    fire within a second of that one (whose children are to be spawned together)."""
-    fires = [when for entry in doc["jobs"].values() if (when := claims_mod.ahead_fire(entry)) is not None]
+    fire within a second of that one (whose children are to be spawned together).
+
+    One pass over the jobs (it runs on every change of the store, for every job): a job
+    whose next slot may be claimed ahead has that fire as its only candidate (no retry,
+    not paused, not done), so its state is read once, not twice.
+    """
+    earliest = chain_doc.earliest_chain_fire(doc)  # a chain's ready job or due retry
+    fires = []
+    for entry in doc["jobs"].values():
+        when = claims_mod.ahead_fire(entry)
+        if when is not None:
+            fires.append(when)
+            if earliest is None or when < earliest:
+                earliest = when
+            continue
+        for candidate in _candidates(entry):
+            if candidate is not None and (earliest is None or candidate < earliest):
+                earliest = candidate
     if not fires:
-        return earliest_fire(doc), None, 0
+        return earliest, None, 0
     ahead = min(fires)
     together = sum(1 for when in fires if (when - ahead).total_seconds() <= 1.0)
-    return earliest_fire(doc), ahead, together
+    return earliest, ahead, together
 
 
 def earliest_fire(doc: dict[str, Any]) -> datetime | None:
     """The first instant any job may need a claim (a retry or a slot plus its jitter)."""
-    earliest = chain_doc.earliest_chain_fire(doc)  # a chain's ready job or due retry
-    for entry in doc["jobs"].values():
-        for when in _candidates(entry):
-            if when is not None and (earliest is None or when < earliest):
-                earliest = when
-    return earliest
+    return next_instants(doc)[0]
 
 
 def _candidates(entry: dict[str, Any]) -> list[datetime | None]:

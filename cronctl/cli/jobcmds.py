@@ -1,0 +1,150 @@
+"""The bodies of the job commands (add, edit, remove, list, show, next, pause, resume, apply),
+without the CLI framework.
+
+The typer commands of cli/jobs.py call these with the values typer parsed; the
+framework-free entry (cli/argv.py) calls the same functions with the values it parsed
+from the plain forms of a command line. One body per command either way: what it does
+and prints does not depend on who parsed its arguments. A body returns its exit code
+(None: 0). Each imports the use-case module it calls inside its own body: a command
+loads only what it uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cronctl.cli import render
+from cronctl.cli.session import open_context
+from cronctl.errors import UsageError
+
+
+def add(name: str, command: list[str] | None = None, json_out: bool = False, **options: Any) -> None:
+    """`cronctl add`: options are the job options of cli/app.py by parameter name."""
+    from cronctl.cli import views
+    from cronctl.ops import definitions as ops
+
+    fields = collect_options({**options, "command": command_from_args(command)})
+    ctx = open_context()
+    view = ops.add_job(ctx, ops.spec_from_options(name, fields))
+    views.added(view, ctx, json_out)
+
+
+def edit(name: str, command: list[str] | None = None, unset: list[str] | None = None, json_out: bool = False,
+         **options: Any) -> None:
+    from cronctl.cli import views
+    from cronctl.ops import definitions as ops
+
+    changes = collect_options({**options, "command": command_from_args(command)})
+    ctx = open_context()
+    view, changed = ops.edit_job(ctx, name, changes, unset or [])
+    views.edited(view, changed, ctx, json_out)
+
+
+# The job options of add and edit, in the order their problems are reported.
+JOB_OPTIONS = ("cron", "every", "at", "timezone", "cwd", "env", "timeout", "kill_grace", "overlap", "catchup",
+               "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure", "paused",
+               "command", "after", "requires")
+
+
+def collect_options(given: dict[str, Any]) -> dict[str, Any]:
+    """Turn CLI option values into the YAML-shaped fields build_spec validates."""
+    unknown = set(given) - set(JOB_OPTIONS)
+    if unknown:
+        raise TypeError(f"not job options: {sorted(unknown)}")
+    options: dict[str, Any] = {}
+    for key in JOB_OPTIONS:
+        value = given.get(key)
+        if value is None or value == [] or value == ():
+            continue
+        if key == "env":
+            options["env"] = _parse_env_pairs(value)
+        else:
+            options[key] = list(value) if isinstance(value, tuple) else value
+    return options
+
+
+def _parse_env_pairs(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def command_from_args(args: list[str] | None) -> str | list[str] | None:
+    """One argument is a shell string (/bin/sh -c); several are an argv list."""
+    if not args:
+        return None
+    return args[0] if len(args) == 1 else list(args)
+
+
+def remove(name: str, force: bool = False) -> None:
+    from cronctl.ops import definitions as ops
+
+    killed = ops.remove_job(open_context(), name, force)
+    render.say(f"removed {name}" + (f" (killed {killed} running run(s))" if killed else ""))
+
+
+def list_jobs(json_out: bool = False) -> None:
+    from cronctl.cli import views
+    from cronctl.ops import definitions as ops
+
+    ctx = open_context()
+    views.job_list(ops.list_jobs(ctx), ctx, json_out)
+
+
+def show(name: str, json_out: bool = False) -> None:
+    from cronctl.cli import views
+    from cronctl.ops import definitions as ops
+
+    ctx = open_context()
+    views.job_shown(ops.show_job(ctx, name), ctx, json_out)
+    if not json_out:
+        from cronctl.ops.chains import chain_graph
+
+        graph = chain_graph(ctx, name)
+        for tree in graph.trees if graph else []:
+            render.say("\nchain:\n" + "\n".join("  " + line for line in tree))
+
+
+def next_fires(name: str | None = None, count: int = 5, from_: str | None = None, json_out: bool = False) -> None:
+    from cronctl.cli import views
+    from cronctl.ops import definitions as ops
+
+    ctx = open_context()
+    start = ops.parse_instant(from_, keep_naive=True) if from_ else None  # naive: in each job's zone
+    views.next_fires(ops.next_fires(ctx, name, count, start), json_out)
+
+
+def pause(name: str) -> None:
+    from cronctl.ops import definitions as ops
+
+    changed = ops.pause_job(open_context(), name)
+    render.say(f"paused {name}" if changed else f"{name} was already paused")
+
+
+def resume(name: str | None = None, all_jobs: bool = False, json_out: bool = False) -> None:
+    if bool(name) == all_jobs:
+        raise UsageError("give a job name or --all")
+    from cronctl.cli import views
+    from cronctl.ops.resume import resume as resume_jobs
+
+    done = resume_jobs(open_context(), None if all_jobs else [name or ""])
+    views.resumed(done.released, done.jobs, json_out)
+
+
+def apply(file: str | Path, prune: bool = False, dry_run: bool = False, force: bool = False,
+          json_out: bool = False) -> None:
+    from cronctl.ops import definitions as ops
+
+    # str(Path(...)): the file as typer hands it over ("./jobs.yaml" is "jobs.yaml"), either way in.
+    plan = ops.apply_file(open_context(), str(Path(file)), prune=prune, dry_run=dry_run, force=force)
+    for warning in plan.warnings:
+        render.warn(warning)
+    if json_out:
+        render.print_json(plan.to_dict())
+    else:
+        render.apply_plan(plan.to_dict(), dry_run)

@@ -1,0 +1,118 @@
+"""The bodies of `run`, `status`, `history` and `force-run`, without the CLI framework.
+
+The typer commands of cli/runs.py call these with the values typer parsed; the
+framework-free entry (cli/argv.py) calls the same functions with the values it parsed.
+A body returns its exit code (None: 0) and imports the use-case module it calls inside
+its own body: a command loads only what it uses.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cronctl.cli import render
+from cronctl.cli.session import open_context, open_store_context
+
+
+def run(file: str | Path | None = None, once: bool = False, standby: bool = False, max_parallel: int | None = None,
+        takeover_after: str = "60s", lease: str = "60s", metrics_file: str | Path | None = None, quiet: bool = False,
+        http: str | None = None, http_allow_remote: bool = False) -> int:
+    """The foreground loop; its exit code."""
+    from cronctl.durations import parse_duration
+    from cronctl.loop.endpoint import parse_listen
+    from cronctl.loop.scheduler import LoopOptions
+    from cronctl.ops.runs import run_loop
+
+    options = LoopOptions(file=Path(file).absolute() if file else None, once=once, standby=standby,
+                          max_parallel=max_parallel,
+                          takeover_after=parse_duration(takeover_after, field="--takeover-after"),
+                          lease=parse_duration(lease, field="--lease"),
+                          metrics_file=Path(metrics_file).absolute() if metrics_file else None, quiet=quiet,
+                          http=parse_listen(http, http_allow_remote) if http else None)
+    ctx = open_context()
+    if not quiet:
+        ctx.audit.listeners.append(_echo_decision)
+    return run_loop(ctx, options)
+
+
+def _echo_decision(row: dict[str, Any]) -> None:
+    line = render.loop_line(row)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def status(stale: bool = False, json_out: bool = False, watch: bool = False, interval: float = 2.0) -> int | None:
+    from cronctl.ops.status import status as status_report
+    from cronctl.ops.status import status_json
+
+    ctx = open_context()
+    if watch:
+        def frame() -> list[str]:
+            data = status_json(status_report(ctx), only_stale=stale)
+            title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
+            return [title, *render.status_lines(data, stale)]
+
+        render.watch(frame, interval)
+        return None
+    report = status_report(ctx)
+    data = status_json(report, only_stale=stale)
+    if json_out:
+        render.print_json(data)
+    else:
+        render.status_view(data, stale)
+    return 3 if stale and report.stale else None
+
+
+def history(name: str | None = None, count: int = 20, chain: str | None = None, json_out: bool = False) -> None:
+    from cronctl.ops.runs import run_history
+
+    if chain is not None:
+        from cronctl.ops.chains import chain_history
+
+        records = chain_history(open_store_context(), chain, name)
+    else:
+        records = run_history(open_store_context(), name, count)
+    if json_out:
+        render.print_json({"runs": records})
+    elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
+        render.history_table(records)
+
+
+def force_run(name: str, wait: bool = False, chain: bool = False, json_out: bool = False) -> int | None:
+    if chain:
+        _force_chain(name, wait, json_out)
+        return None
+    from cronctl.ops import runs as runops
+
+    result = runops.force_run(open_context(), name, wait)
+    record = result.record
+    if json_out:
+        render.print_json({"run_id": result.run_id, "via_loop": result.via_loop, "run": record})
+    elif record is None:
+        render.say(f"started {name} run {result.run_id} through the running loop; "
+                   f"'cronctl logs {name} -f' follows it")
+    else:
+        reason = render.run_reason(record)
+        render.say(f"{name} run {result.run_id}: {record['status']}" + (f" ({reason})" if reason else ""))
+    if wait or not result.via_loop:
+        return runops.exit_code_of(record) if wait else 0
+    return None
+
+
+def _force_chain(name: str, wait: bool, json_out: bool) -> None:
+    """`force-run NODE --chain`: the chain is recorded; the loop runs it (not this process)."""
+    from cronctl.errors import UsageError
+    from cronctl.ops.chains import force_chain
+
+    if wait:
+        raise UsageError("--wait does not apply with --chain; follow it with 'cronctl history --chain ID'")
+    forced = force_chain(open_context(), name)
+    if json_out:
+        render.print_json({"chain": forced.chain_id, "jobs": forced.jobs, "via_loop": forced.loop_running})
+        return
+    when = "the running loop starts it" if forced.loop_running else "it starts when 'cronctl run' runs"
+    render.say(f"chain {forced.chain_id} of {', '.join(forced.jobs)}: {when}; "
+               f"'cronctl history --chain {forced.chain_id}' lists its runs")

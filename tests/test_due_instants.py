@@ -1,0 +1,71 @@
+"""loop/due.next_instants walks the jobs once; it must say what the two walks it replaced
+said (ahead_fire for every job, then every job's candidates), for every kind of job state."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from cronctl.jobs.state import JobView, entry_from, new_state
+from cronctl.loop import due
+from cronctl.models import JobSpec
+from cronctl.schedule.slots import fire_at
+from cronctl.store import chain_doc
+from cronctl.store import claims as claims_mod
+from cronctl.timefmt import from_iso, to_iso
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _reference(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
+    """The code before: two passes."""
+    fires = [when for entry in doc["jobs"].values() if (when := claims_mod.ahead_fire(entry)) is not None]
+    earliest = chain_doc.earliest_chain_fire(doc)
+    for entry in doc["jobs"].values():
+        state = entry["state"]
+        if state.get("paused") or entry.get("paused") or state.get("completed"):
+            continue
+        candidates = []
+        retry = state.get("retry")
+        if retry and retry.get("due_at"):
+            candidates.append(from_iso(retry["due_at"]))
+        if state.get("next_run_at") and not (entry.get("repeat") is not None
+                                             and claims_mod.repeat_spent(JobView.from_entry(entry).spec, state)):
+            slot = from_iso(state["next_run_at"])
+            jitter = entry.get("jitter")
+            if slot is not None and jitter and jitter != "0s":
+                slot = fire_at(JobView.from_entry(entry).spec, slot)
+            candidates.append(slot)
+        for when in candidates:
+            if when is not None and (earliest is None or when < earliest):
+                earliest = when
+    if not fires:
+        return earliest, None, 0
+    ahead = min(fires)
+    return earliest, ahead, sum(1 for when in fires if (when - ahead).total_seconds() <= 1.0)
+
+
+def _entry(rng: random.Random, index: int) -> dict[str, Any]:
+    spec = JobSpec(name=f"j{index}", command="true", every=float(rng.choice([60, 3600])),
+                   jitter=rng.choice([0.0, 0.0, 30.0]), repeat=rng.choice([None, None, 1, 3]),
+                   paused=rng.random() < 0.1)
+    slot = T0 + timedelta(seconds=rng.randrange(-600, 7200)) if rng.random() < 0.9 else None
+    state = new_state(T0, slot)
+    state["paused"] = rng.random() < 0.1
+    state["completed"] = rng.random() < 0.05
+    state["runs_started"] = rng.choice([0, 1, 3])
+    if rng.random() < 0.2:
+        state["retry"] = {"due_at": to_iso(T0 + timedelta(seconds=rng.randrange(-60, 600))), "attempt": 1}
+    if rng.random() < 0.2:
+        state["claims"] = {"r1": {"trigger": rng.choice(["schedule", "force"]), "dispatched": rng.random() < 0.5}}
+    return entry_from(spec, state)
+
+
+def test_one_pass_says_what_the_two_passes_said() -> None:
+    for seed, size in itertools.product(range(40), (0, 1, 3, 30)):
+        rng = random.Random(seed * 100 + size)
+        doc = {"jobs": {f"j{i}": _entry(rng, i) for i in range(size)}, "chains": {}}
+        assert due.next_instants(doc) == _reference(doc), (seed, size)
+        assert due.earliest_fire(doc) == _reference(doc)[0]
