@@ -118,12 +118,16 @@ class ScanQueue(Generic[T]):
     def ask(self, run_id: str, root: ProcIdentity, item: T, purpose: Purpose) -> None:
         self._asked[run_id] = (item, root, purpose)
 
-    def take(self, now: float) -> list[tuple[T, Purpose, list[psutil.Process]]]:
-        """Make the pass if one is due now: each asker with what was found for it."""
+    def take(self, now: float, more_may_come: bool = True) -> list[tuple[T, Purpose, list[psutil.Process]]]:
+        """Make the pass if one is due now: each asker with what was found for it.
+
+        `more_may_come`: another run still going could ask soon; when none is (a lone
+        force-run, the last run of a burst), waiting to gather more would only delay.
+        """
         if not self._asked:
             self._waiting_since = None
             return []
-        if all(purpose == "leftovers" for _, _, purpose in self._asked.values()):
+        if more_may_come and all(purpose == "leftovers" for _, _, purpose in self._asked.values()):
             # Nothing waits on these but a result: gather a few more before the pass.
             if self._waiting_since is None:
                 self._waiting_since = now
@@ -134,8 +138,10 @@ class ScanQueue(Generic[T]):
         found = snapshot_runs({run_id: root for run_id, (_, root, _) in asked.items()})
         return [(item, purpose, found.get(run_id, [])) for run_id, (item, _, purpose) in asked.items()]
 
-    def timeout(self, now: float) -> float | None:
+    def timeout(self, now: float, more_may_come: bool = True) -> float | None:
         """How long select() may wait before a gathered pass is due; None if none is waiting."""
         if self._waiting_since is None:
             return None
+        if not more_may_come:
+            return 0.0
         return max(0.0, self._waiting_since + _LEFTOVER_SCAN_COALESCE - now)

@@ -106,7 +106,7 @@ class Watcher:
             instants.append(self._next_orphan_reap)
         now = self._mono()
         waits = [max(0.0, instant - now) for instant in instants]
-        scan_wait = self._scans.timeout(now)
+        scan_wait = self._scans.timeout(now, self._others_running())
         if scan_wait is not None:
             waits.append(scan_wait)
         return min(waits) if waits else None
@@ -199,9 +199,13 @@ class Watcher:
         run.stopping.stop = (status, reason)
         self._scans.ask(run.run_id, run.identity, run, "stop")
 
+    def _others_running(self) -> bool:
+        """A run not yet ended nor waiting for a scan: one whose end could join a gathered pass."""
+        return any(not run.exit.exited and run.run_id not in self._scans for run in list(self._shared.runs.values()))
+
     def _run_scans(self, now: float) -> None:
         """Find the processes of every run that asked this round, in one /proc pass."""
-        for run, purpose, processes in self._scans.take(now):
+        for run, purpose, processes in self._scans.take(now, self._others_running()):
             if run.finalized:
                 continue
             run.stopping.found(purpose, processes, run.pid, run.req.kill_grace, now)
