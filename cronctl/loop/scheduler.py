@@ -30,6 +30,7 @@ from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
+from cronctl.loop.due import DueIndex
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
@@ -134,6 +135,7 @@ class Scheduler:
         self.engine: Engine | None = None
         self.takeover: Takeover | None = None
         self.cluster: ClusterMember | None = None  # on PostgreSQL: this loop among the others
+        self._first_due: DueIndex | None = None  # the JSON store as read before the loop announced itself
         self._heal_source: dict[str, Any] | None = None
         self._heal_doc: dict[str, Any] = {}
         self.hooks = hooks or LoopHooks()
@@ -208,7 +210,10 @@ class Scheduler:
         if self.ctx.on_postgres:
             self.ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
         else:
-            self.ctx.store.read()  # a corrupt store: StoreCorruptError, its message names the file and the fix
+            # A corrupt store: StoreCorruptError, its message names the file and the fix. The engine
+            # starts from this read (`_first_due`): parsed once before the first tick, not twice.
+            self._first_due = DueIndex(self.ctx.store)
+            self._first_due.refresh()
         self.heartbeat.prepare()  # the home is writable (and the tick record of a full disk exists)
 
     def _lead(self, previous: dict[str, Any] | None) -> int:
@@ -222,7 +227,7 @@ class Scheduler:
                                                  # --once fires what is due now, never a slot still ahead
                                                  prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
                                    wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory,
-                                   due=self.cluster.due if self.cluster else None)
+                                   due=self.cluster.due if self.cluster else self._first_due)
         self.supervisor = self.engine.supervisor
         self.supervisor.start()
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
