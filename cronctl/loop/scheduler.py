@@ -386,6 +386,12 @@ class Scheduler:
     def _tick(self) -> float:
         assert self.engine is not None
         self.ticks += 1
+        if self.options.once and self.ticks > 1:
+            # --once fires what was due at its first tick; after that it only tends those runs
+            # (a slot that comes due while they run is the next loop's).
+            self.engine.record_results()
+            self.engine.renew_if_due()
+            return 1.0
         if self.cluster is not None:
             return self._cluster_tick(self.cluster)
         if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
