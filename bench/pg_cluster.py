@@ -412,12 +412,17 @@ def part_lateness(bench: Bench, args: argparse.Namespace) -> str:
 Runner = Callable[[Bench, int, argparse.Namespace], dict[str, Any]]
 
 
-PEER_KEYS = ("pg1", "pg3", "json", "aps3", "aps4")
+PEER_KEYS = ("floor", "pg1", "pg3", "json", "aps3", "aps4")
 
 
 def lateness_peers(args: argparse.Namespace, notes: list[str]) -> list[tuple[str, Runner]]:
     wanted = set(args.peers.split(","))
     peers: list[tuple[str, Runner]] = []
+    if "floor" in wanted:
+        notes.append("gate floor (bench/lateness.py): K shells started before the instant, each blocked on a pipe "
+                     "and released by one write: no scheduler, no store; the least the children's own start "
+                     "costs on this machine at this load.")
+        peers.append(("gate floor (no scheduler)", lambda b, k, a: lateness.run_gate_floor(k, a.rounds, 3.0)))
     if "pg1" in wanted:
         peers.append(("cronctl PostgreSQL, 1 loop", lambda b, k, a: run_pg(b, k, 1, a.rounds, a.interval)))
     if "pg3" in wanted:
@@ -465,13 +470,38 @@ def part_claim(bench: Bench, args: argparse.Namespace) -> str:
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         print(f"pg_cluster claim: {size} jobs ...", file=sys.stderr, flush=True)
+        if bench.statements:
+            scalar(bench.url, "SELECT pg_stat_statements_reset()")
         times = pg_claim.measure(bench.url, size, args.claim_rounds, "lease")
         rows.append([f"{size:,}", *(f"{median(times[s]):.2f} / {pct(times[s], 90):.2f}"
-                                   for s in ("claim", "dispatch", "finish", "total"))])
+                                   for s in ("claim", "dispatch", "finish", "total")),
+                     *_server_cells(server_per_round(bench, args.claim_rounds))])
     return table(f"Claim + dispatch + finish of one run through PgLeaseStore (ms, median / p90 of "
                  f"{args.claim_rounds} rounds, client-side over loopback)",
-                 ["jobs", "claim_due", "mark_dispatched", "finish_many", "total"], rows,
-                 command=command(args, "claim"))
+                 ["jobs", "claim_due", "mark_dispatched", "finish_many", "total",
+                  "statements per round", "server execution ms per round"], rows,
+                 command=command(args, "claim")) + (
+        "\n- Statements and server execution time per round from pg_stat_statements: every statement run at "
+        "least once per round (BEGIN and COMMIT included; the warm-up rounds and the untimed re-arm of the job, "
+        "one upsert in its own transaction, included); the rest of the total is round trips and client work.\n")
+
+
+def _server_cells(found: tuple[float, float] | None) -> list[str]:
+    return ["-", "-"] if found is None else [f"{found[0]:.1f}", f"{found[1]:.2f}"]
+
+
+CLAIM_WARMUP_ROUNDS = 10  # pg_claim.measure's warm-up rounds, run before the timed ones
+
+
+def server_per_round(bench: Bench, rounds: int) -> tuple[float, float] | None:
+    """(statements, execution ms) per round of the statements called at least once per round:
+    the population and the DDL are called once."""
+    if not bench.statements:
+        return None
+    calls, total = query(bench.url, "SELECT sum(calls)::float8, sum(total_exec_time)::float8"
+                                    " FROM pg_stat_statements WHERE calls >= %s", rounds)[0]
+    every = rounds + CLAIM_WARMUP_ROUNDS
+    return float(calls or 0.0) / every, float(total or 0.0) / every
 
 
 # --- idle ------------------------------------------------------------------------------------------
