@@ -397,7 +397,8 @@ def part_lateness(bench: Bench, args: argparse.Namespace) -> str:
     notes = ["missed: a (job, instant) with no start before the next instant (the last instant: before the "
              "end of its window, 4 s after it); duplicates: starts of a (job, instant) beyond the first.",
              "runs by host: successful runs each cronctl loop (host) fired over the whole test (slots before the "
-             "measured instants included): whichever loop reaches a burst first claims all of it."]
+             "measured instants included). The loop that reaches a burst first usually claims all of it; loops "
+             "claiming at the same moment split it (each skips the rows another has locked)."]
     peers = lateness_peers(args, notes)
     rows = []
     for k in ks:
