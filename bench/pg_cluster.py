@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,6 +140,15 @@ def scalar(url: str, sql: str, *params: Any) -> Any:
 
 def db_name(db_url: str) -> str:
     return db_url.rsplit("/", 1)[1]
+
+
+SCRATCH: list[Path] = []  # every work directory of this run, removed at its end
+
+
+def workdir(prefix: str) -> Path:
+    path = new_workdir(prefix)
+    SCRATCH.append(path)
+    return path
 
 
 # --- loops as hosts ------------------------------------------------------------------------------
@@ -276,7 +286,7 @@ def jobs_yaml(k: int, interval: float, ledger: Path) -> str:
 
 
 def run_pg(bench: Bench, k: int, loops: int, rounds: int, interval: float) -> dict[str, Any]:
-    work = new_workdir(f"pg-late-{k}-{loops}")
+    work = workdir(f"pg-late-{k}-{loops}")
     ledger = work / "ledger"
     with bench.database() as db_url:
         seed(db_url, work, jobs_yaml(k, interval, ledger))
@@ -358,7 +368,7 @@ def ensure_aps4(where: Path, install: bool) -> str | None:
 
 
 def run_aps4(bench: Bench, k: int, schedulers: int, rounds: int, interval: float, where: Path) -> dict[str, Any]:
-    work = new_workdir(f"pg-late-aps4-{k}")
+    work = workdir(f"pg-late-aps4-{k}")
     ledger, driver = work / "ledger", work / "driver.py"
     driver.write_text(APS4_DRIVER)
     line = lateness.LINE.replace("{ledger}", str(ledger))
@@ -536,7 +546,7 @@ def part_idle(bench: Bench, args: argparse.Namespace) -> str:
 
 
 def idle_window(bench: Bench, loops: int, seconds: float) -> dict[str, Any]:
-    work = new_workdir(f"pg-idle-{loops}")
+    work = workdir(f"pg-idle-{loops}")
     with bench.database() as db_url:
         with connect(parse_store_url(db_url)) as conn:
             ensure_schema(conn)
@@ -615,7 +625,7 @@ def db_now(db_url: str) -> datetime:
 
 def other_host_trial(bench: Bench) -> dict[str, Any]:
     """Host A dies with its child; seconds (database clock) until host B reclaims the run."""
-    work = new_workdir("pg-takeover")
+    work = workdir("pg-takeover")
     lease = f"{TAKEOVER_LEASE_S:g}s"
     with bench.database() as db_url:
         seed(db_url, work, LONG_JOB.format(oracle=work / "oracle"))
@@ -640,7 +650,7 @@ def other_host_trial(bench: Bench) -> dict[str, Any]:
 
 def same_host_trial(bench: Bench) -> dict[str, Any]:
     """The loop alone is killed (its child lives on) and started again on the same host."""
-    work = new_workdir("pg-samehost")
+    work = workdir("pg-samehost")
     oracle = work / "oracle"
     with bench.database() as db_url:
         seed(db_url, work, LONG_JOB.format(oracle=oracle))
@@ -712,7 +722,7 @@ def _try_now(db_url: str) -> datetime | None:
 
 
 def part_reconnect(bench: Bench, args: argparse.Namespace) -> str:
-    work = new_workdir("pg-reconnect")
+    work = workdir("pg-reconnect")
     took = []
     with bench.database() as db_url:
         with connect(parse_store_url(db_url)) as conn:
@@ -786,6 +796,8 @@ def main(argv: list[str] | None = None) -> int:
             texts.append(text)
     finally:
         pgserver.stop(bench.server.data_dir)
+        for path in SCRATCH:
+            shutil.rmtree(path, ignore_errors=True)
     if not bench.statements:
         print("- pg_stat_statements not available (postgresql-contrib): statement counts left out")
     save_results(args.results, "pg_cluster", {"parts": wanted}, "\n".join(texts))
