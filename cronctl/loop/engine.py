@@ -213,11 +213,17 @@ class Engine:
         capacity = self._capacity()
         if capacity == 0:
             return 0
+        claiming = self.ctx.clock.monotonic()
         try:
             batch = self.ctx.leases.claim_ahead(now, now + timedelta(seconds=lead), self.owner, self.lease(),
                                                 capacity)
         finally:
             self.due.invalidate()  # recompute the next instants from the store as it now is
+        if batch.claims and not self._release_write:
+            # Before the first release is measured, the claim of the same runs tells its cost: a
+            # margin of RELEASE_MARGIN alone opens the first gates late when that write is slow.
+            # (An empty claim tells nothing: another loop took the burst.)
+            self._release_write = self.ctx.clock.monotonic() - claiming
         self._saturated = batch.deferred > 0
         if not batch.claims:
             return 0
