@@ -10,12 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from cronctl.jobs.state import JobView
-from cronctl.schedule.slots import fire_at
 from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
 from cronctl.store.jsonstore import Store
-from cronctl.timefmt import from_iso
 
 
 class DueIndex:
@@ -66,9 +63,11 @@ def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None
             if earliest is None or when < earliest:
                 earliest = when
             continue
-        for candidate in _candidates(entry):
-            if candidate is not None and (earliest is None or candidate < earliest):
-                earliest = candidate
+        if entry["state"].get("paused") or entry.get("paused"):
+            continue
+        candidate = claims_mod.wake_at(entry)
+        if candidate is not None and (earliest is None or candidate < earliest):
+            earliest = candidate
     if not fires:
         return earliest, None, 0
     ahead = min(fires)
@@ -79,21 +78,3 @@ def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None
 def earliest_fire(doc: dict[str, Any]) -> datetime | None:
     """The first instant any job may need a claim (a retry or a slot plus its jitter)."""
     return next_instants(doc)[0]
-
-
-def _candidates(entry: dict[str, Any]) -> list[datetime | None]:
-    state = entry["state"]
-    if state.get("paused") or entry.get("paused") or state.get("completed"):
-        return []
-    candidates = []
-    retry = state.get("retry")
-    if retry and retry.get("due_at"):
-        candidates.append(from_iso(retry["due_at"]))
-    if state.get("next_run_at") and not (entry.get("repeat") is not None
-                                         and claims_mod.repeat_spent(JobView.from_entry(entry).spec, state)):
-        slot = from_iso(state["next_run_at"])
-        jitter = entry.get("jitter")
-        if slot is not None and jitter and jitter != "0s":
-            slot = fire_at(JobView.from_entry(entry).spec, slot)
-        candidates.append(slot)
-    return candidates

@@ -249,6 +249,19 @@ def ahead_fire(entry: dict[str, Any]) -> datetime | None:
     return slot_fire(entry)
 
 
+def wake_at(entry: dict[str, Any]) -> datetime | None:
+    """The earliest instant the job has something due: its pending retry, or its next slot
+    where it really fires (plus its jitter); None when nothing is left to fire. Whether the
+    job is paused is the caller's to judge (the JSON loop skips it, PostgreSQL's due index
+    filters on its `paused` column)."""
+    state = entry["state"]
+    if state.get("completed"):
+        return None
+    due = [when for when in (from_iso((state.get("retry") or {}).get("due_at")), slot_fire(entry))
+           if when is not None]
+    return min(due) if due else None
+
+
 def slot_fire(entry: dict[str, Any]) -> datetime | None:
     """When the job's next slot fires: the slot plus its jitter; None when it has none left."""
     state = entry["state"]

@@ -39,6 +39,7 @@ from psycopg.types.json import Jsonb
 from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.paths import Paths
+from cronctl.store.claims import wake_at
 from cronctl.store.jsonstore import CURRENT_VERSION, Document, Store
 from cronctl.store.pg.audit import dumps
 from cronctl.store.pg.connect import Connection, StoreUrl
@@ -52,7 +53,6 @@ from cronctl.store.pg.document import (
     save_jobs,
     save_meta,
 )
-from cronctl.store.pg.jobs import wake_at
 from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.pg.transaction import Limits, short_transaction
 from cronctl.timefmt import from_iso

@@ -31,10 +31,9 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from cronctl.models import Overlap
-from cronctl.store.claims import Event
+from cronctl.store.claims import Event, wake_at
 from cronctl.store.pg.audit import AuditRow, dumps, write_audit
 from cronctl.store.pg.connect import Connection
-from cronctl.store.pg.jobs import wake_at
 from cronctl.store.pg.transaction import short_transaction
 from cronctl.timefmt import from_iso
 

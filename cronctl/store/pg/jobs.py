@@ -55,22 +55,7 @@ def put_entry(conn: Connection, entry: dict[str, Any]) -> None:
                spec_version = cronctl_jobs.spec_version + 1, updated_at = clock_timestamp()""",
         {"name": spec.name, "spec": Jsonb(spec.to_dict()), "overlap": spec.overlap.value,
          "paused": bool(spec.paused or state.get("paused")), "next": from_iso(state.get("next_run_at")),
-         "wake": wake_at({**entry, "state": state}), "state": Jsonb(state)})
-
-
-def wake_at(entry: dict[str, Any]) -> datetime | None:
-    """The earliest instant the job has something due: its pending retry, or its next slot
-    where it really fires (plus its jitter); None when nothing is left to fire.
-
-    Exact, as the JSON loop's `DueIndex` computes it: a loop wakes at this instant and
-    finds the claim to make, never a slot still held back by its jitter.
-    """
-    state = entry["state"]
-    due = [from_iso((state.get("retry") or {}).get("due_at"))]
-    if not state.get("completed"):
-        due.append(claims_mod.slot_fire(entry))
-    found = [when for when in due if when is not None]
-    return min(found) if found else None
+         "wake": claims_mod.wake_at({**entry, "state": state}), "state": Jsonb(state)})
 
 
 def set_paused(conn: Connection, name: str, paused: bool, now: datetime) -> bool:
