@@ -163,19 +163,25 @@ WRITES = [["add", "held", "--every", "1h", "--paused", "--", "true"], ["add", "h
           ["force-run", "nope"], ["remove", "argv"], ["remove", "argv"]]
 
 
+def _same_in_both_homes(argv: list[str], fast_home: Path, typer_home: Path) -> None:
+    """`argv` through the fast path in one home and through typer in the other: same output,
+    exit code and store."""
+    assert fastpath.parse(argv) is not None, argv
+    fast = subprocess.run([*cronctl_bin(), *argv], env=subprocess_env(fast_home), capture_output=True,
+                          text=True, timeout=60)
+    typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli.main import main; "
+                                "main(sys.argv[1:])", *argv], env=subprocess_env(typer_home),
+                               capture_output=True, text=True, timeout=60)
+    _same(fast, typer_way)
+    assert _store_without_times(fast_home) == _store_without_times(typer_home), argv
+
+
 @pytest.mark.slow
 def test_the_write_commands_do_what_the_typer_commands_do(tmp_path: Path) -> None:
     """Two homes, each command through both ways in turn: same output, exit code and store."""
     fast_home, typer_home = tmp_path / "fast", tmp_path / "typer"
     for argv in WRITES:
-        assert fastpath.parse(argv) is not None, argv
-        fast = subprocess.run([*cronctl_bin(), *argv], env=subprocess_env(fast_home), capture_output=True,
-                              text=True, timeout=60)
-        typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli.main import main; "
-                                    "main(sys.argv[1:])", *argv], env=subprocess_env(typer_home),
-                                   capture_output=True, text=True, timeout=60)
-        _same(fast, typer_way)
-        assert _store_without_times(fast_home) == _store_without_times(typer_home), argv
+        _same_in_both_homes(argv, fast_home, typer_home)
 
 
 @pytest.mark.slow
@@ -186,14 +192,7 @@ def test_apply_does_what_the_typer_command_does(tmp_path: Path) -> None:
     fast_home, typer_home = tmp_path / "fast", tmp_path / "typer"
     for argv in (["apply", "-f", str(jobs), "--dry-run"], ["apply", "-f", str(jobs)], ["apply", "-f", str(jobs)],
                  ["apply", "--file", str(tmp_path / "missing.yaml")], ["apply", "-f", str(jobs), "--prune", "--json"]):
-        assert fastpath.parse(argv) is not None, argv
-        fast = subprocess.run([*cronctl_bin(), *argv], env=subprocess_env(fast_home), capture_output=True,
-                              text=True, timeout=60)
-        typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli.main import main; "
-                                    "main(sys.argv[1:])", *argv], env=subprocess_env(typer_home),
-                                   capture_output=True, text=True, timeout=60)
-        _same(fast, typer_way)
-        assert _store_without_times(fast_home) == _store_without_times(typer_home), argv
+        _same_in_both_homes(argv, fast_home, typer_home)
 
 
 @pytest.mark.slow
