@@ -186,7 +186,8 @@ class ClusterMember:
         over = abs(self.skew_s) > SKEW_AUDIT_THRESHOLD_S
         if over and not self._skew_audited:
             with self.leases.lock:
-                loops.audit_skew(self.leases.conn, self.me, self.skew_s, round_trip)
+                loops.audit(self.leases.conn, self.me, AuditEvent.CLUSTER_CLOCK_SKEW, skew_s=round(self.skew_s, 3),
+                            round_trip_s=round(round_trip, 4))
             print(f"cronctl: warning: this host's clock is {self.skew_s:+.1f}s off the database's; "
                   "due times and leases follow the database", file=sys.stderr)
         self._skew_audited = over
@@ -211,15 +212,9 @@ class ClusterMember:
         self.needs_healing = True
         self.due.invalidate()
         self._say(f"cronctl: the PostgreSQL store is reachable again after {lasted:.1f}s")
-        self._audit(AuditEvent.CLUSTER_STORE_OUTAGE, unreachable_s=round(lasted, 3), error=error)
-
-    def _audit(self, event: AuditEvent, **details: Any) -> None:
-        from cronctl.store.pg.audit import AuditRow, write_audit
-        from cronctl.store.pg.transaction import short_transaction
-
-        with self.leases.lock, short_transaction(self.leases.conn):
-            write_audit(self.leases.conn, [AuditRow(event, details={"pid": self.me.pid, **details})],
-                        self.me.loop_id, self.me.host_id)
+        with self.leases.lock:
+            loops.audit(self.leases.conn, self.me, AuditEvent.CLUSTER_STORE_OUTAGE, unreachable_s=round(lasted, 3),
+                        error=error)
 
     # --- requests --------------------------------------------------------------------------
 

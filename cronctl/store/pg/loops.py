@@ -58,23 +58,29 @@ class Beat:
     registered: bool  # False: our row is gone (a restored database): register again
 
 
-_BEAT = """
-WITH t AS (SELECT clock_timestamp() AS now),
-beat AS (
-    UPDATE cronctl_loops SET heartbeat_at = (SELECT now FROM t), skew_s = %(skew)s
-     WHERE loop_id = %(loop)s RETURNING 1),
-ahead AS (
+# The instants of the jobs, after a CTE `t` holding the database's `now`: the earliest
+# `wake_at` of an unpaused job; the earliest one that may be claimed ahead (no pending
+# retry, no live run); how many fire within a second of that one.
+_AHEAD = """ahead AS (
     SELECT min(j.wake_at) AS first FROM cronctl_jobs AS j
      WHERE NOT j.paused AND j.wake_at > (SELECT now FROM t)
        AND coalesce(j.state -> 'retry', 'null'::jsonb) = 'null'::jsonb
        AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r
-                        WHERE r.job = j.name AND r.state IN ('claimed', 'running')))
-SELECT (SELECT now FROM t),
-       (SELECT min(wake_at) FROM cronctl_jobs WHERE NOT paused AND wake_at IS NOT NULL),
+                        WHERE r.job = j.name AND r.state IN ('claimed', 'running')))"""
+_INSTANTS = """(SELECT min(wake_at) FROM cronctl_jobs WHERE NOT paused AND wake_at IS NOT NULL),
        (SELECT first FROM ahead),
        (SELECT count(*) FROM cronctl_jobs
          WHERE NOT paused AND wake_at > (SELECT now FROM t)
-           AND wake_at <= (SELECT first FROM ahead) + interval '1 second'),
+           AND wake_at <= (SELECT first FROM ahead) + interval '1 second')"""
+
+_BEAT = f"""
+WITH t AS (SELECT clock_timestamp() AS now),
+beat AS (
+    UPDATE cronctl_loops SET heartbeat_at = (SELECT now FROM t), skew_s = %(skew)s
+     WHERE loop_id = %(loop)s RETURNING 1),
+{_AHEAD}
+SELECT (SELECT now FROM t),
+       {_INSTANTS},
        EXISTS (SELECT 1 FROM cronctl_requests AS q LEFT JOIN cronctl_runs AS r ON r.run_id = q.run_id
                 WHERE q.served_at IS NULL AND (q.kind = 'force_run' OR r.host_id = %(host)s)),
        EXISTS (SELECT 1 FROM cronctl_runs
@@ -99,18 +105,11 @@ def beat(conn: Connection, me: LoopIdentity, skew_s: float, margin_s: float) -> 
                 bool(registered))
 
 
-_NEXT = """
-SELECT (SELECT min(wake_at) FROM cronctl_jobs WHERE NOT paused AND wake_at IS NOT NULL),
-       first,
-       (SELECT count(*) FROM cronctl_jobs
-         WHERE NOT paused AND wake_at > now AND wake_at <= first + interval '1 second'),
+_NEXT = f"""
+WITH t AS (SELECT clock_timestamp() AS now),
+{_AHEAD}
+SELECT {_INSTANTS},
        (SELECT count(*) FROM cronctl_jobs)
-  FROM (SELECT now, (SELECT min(j.wake_at) FROM cronctl_jobs AS j
-                      WHERE NOT j.paused AND j.wake_at > now
-                        AND coalesce(j.state -> 'retry', 'null'::jsonb) = 'null'::jsonb
-                        AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r
-                                         WHERE r.job = j.name AND r.state IN ('claimed', 'running'))) AS first
-          FROM (SELECT clock_timestamp() AS now) AS t) AS a
 """
 
 
@@ -137,11 +136,10 @@ def mark_stopped(conn: Connection, me: LoopIdentity) -> None:
                      " WHERE loop_id = %s", (me.loop_id,))
 
 
-def audit_skew(conn: Connection, me: LoopIdentity, skew_s: float, round_trip_s: float) -> None:
+def audit(conn: Connection, me: LoopIdentity, event: AuditEvent, **details: Any) -> None:
+    """One row of what happened to this loop (its clock's skew, an outage), in its own transaction."""
     with short_transaction(conn):
-        write_audit(conn, [AuditRow(AuditEvent.CLUSTER_CLOCK_SKEW,
-                                    details={"skew_s": round(skew_s, 3), "round_trip_s": round(round_trip_s, 4),
-                                             "pid": me.pid})], me.loop_id, me.host_id)
+        write_audit(conn, [AuditRow(event, details={"pid": me.pid, **details})], me.loop_id, me.host_id)
 
 
 @dataclass(frozen=True)
@@ -180,8 +178,3 @@ def loops(conn: Connection) -> list[LoopRow]:
             (FORGET_AFTER,)).fetchall()
     return [LoopRow(loop_id, host, int(pid), home, started, float(age), skew, bool(stopped))
             for loop_id, host, pid, home, started, age, skew, stopped in rows]
-
-
-def live_loops(conn: Connection) -> list[LoopRow]:
-    """The loops a request can be left for: not stopped, heartbeat fresh."""
-    return [row for row in loops(conn) if row.state == "ok"]
