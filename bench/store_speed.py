@@ -1,7 +1,14 @@
 """The store-write rows of issue 14: one store write, finishing one run, `apply -f` of 10,000 jobs.
 
-- store write at N jobs: one transaction that changes one counter (a whole read, parse,
-  serialize, compare and atomic write of the document), in-process, median of rounds.
+- store write of one job at N jobs: one transaction that changes one job's state and looks
+  its job up by name (`Store.transaction(lazy_jobs=True)`, what finishing, renewing and
+  claiming one job do): the job's line is parsed and written again, the rest of the
+  document copied as bytes. In-process, median of rounds after the first (which parses
+  whole: a Store opens lazily only a document it wrote itself).
+- store write of the whole document at N jobs: one transaction that changes one counter
+  with every job parsed (a whole read, parse, serialize, compare and atomic write of the
+  document; what claiming a tick's due jobs and every definitions command do),
+  in-process, median of rounds.
   Peers on the same document in the same run: "stdlib codec" (json.loads and the
   json.dumps encoder per job, the codec the store used before, and the same atomic
   write) and "write floor" (the atomic write of the same bytes alone: temp file, fsync,
@@ -110,11 +117,25 @@ def toucher(store: Any) -> Any:
     return touch
 
 
+def one_job_toucher(store: Any, name: str) -> Any:
+    """A write of one job's state, as finishing, renewing or claiming one job writes it:
+    a transaction that looks its jobs up by name (`lazy_jobs`)."""
+    def touch() -> None:
+        with store.transaction(lazy_jobs=True) as doc:
+            state = doc["jobs"][name]["state"]
+            state["bench"] = int(state.get("bench") or 0) + 1
+
+    return touch
+
+
 def measure_write(size: int, rounds: int, before: Any = None) -> dict[str, Any]:
     ctx = populate(new_workdir(f"store-{size}") / "home", size)
     store_bytes = ctx.paths.store.stat().st_size
     touch = toucher(ctx.store)
     touch()  # warm: the first transaction of a process imports and allocates once
+    one_job = one_job_toucher(ctx.store, f"job-{size // 2:05d}")
+    one_job_times = [_timed(one_job) for _ in range(rounds + 1)][1:]  # the first parses whole
+    touch()
     before_touch = None
     if before is not None:
         from cronctl.paths import open_home
@@ -141,6 +162,7 @@ def measure_write(size: int, rounds: int, before: Any = None) -> dict[str, Any]:
     floor = [_timed(lambda: atomic_write(peer_path, data)) for _ in range(rounds)]
     return {"jobs": size, "store_mib": round(store_bytes / 2**20, 2), "rounds": rounds,
             "store_write_ms": round(median(cronctl) * 1e3, 1),
+            "one_job_write_ms": round(median(one_job_times) * 1e3, 1),
             "stdlib_codec_ms": round(median(stdlib) * 1e3, 1),
             "write_floor_ms": round(median(floor) * 1e3, 1),
             "before_ms": round(median(earlier) * 1e3, 1) if earlier else None}
@@ -290,9 +312,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     command = "python bench/store_speed.py" + (" --quick" if args.quick else "") + (
         " --tree DIR" if args.tree else "") + (
         " --before DIR" if args.before else "") + (" --apply-only" if args.apply_only else "")
-    rows = [[f"store write at {w['jobs']:,} jobs ({w['store_mib']} MiB)", f"{w['store_write_ms']} ms",
-             (f"before {w['before_ms']} ms, " if w["before_ms"] is not None else "")
-             + f"stdlib codec {w['stdlib_codec_ms']} ms, write floor {w['write_floor_ms']} ms"] for w in writes]
+    rows = []
+    for w in writes:
+        rows.append([f"store write of one job at {w['jobs']:,} jobs ({w['store_mib']} MiB)",
+                     f"{w['one_job_write_ms']} ms", f"write floor {w['write_floor_ms']} ms"])
+        rows.append([f"store write of the whole document at {w['jobs']:,} jobs", f"{w['store_write_ms']} ms",
+                     (f"before {w['before_ms']} ms, " if w["before_ms"] is not None else "")
+                     + f"stdlib codec {w['stdlib_codec_ms']} ms, write floor {w['write_floor_ms']} ms"])
     if finish is not None:
         rows.append([f"finishing one run at {finish['jobs']:,} jobs", f"{finish['finish_one_ms']} ms",
                      f"median of {finish['runs_finished']} runs"])

@@ -136,9 +136,9 @@ def test_parse_keeps_what_json_loads_accepts_beyond_json_and_its_errors() -> Non
 
 
 def test_same_bytes_compares_parts_with_data_as_if_joined() -> None:
-    from cronctl.store.jsonstore import _same_bytes
+    from cronctl.store.codec import same_bytes
 
-    assert _same_bytes([b"ab", b"", b"cd"], b"abcd")
-    assert not _same_bytes([b"ab", b"ce"], b"abcd")  # same length, one byte differs
-    assert not _same_bytes([b"ab", b"c"], b"abcd")
-    assert not _same_bytes([b"abcd", b"e"], b"abcd")
+    assert same_bytes([b"ab", b"", b"cd"], b"abcd")
+    assert not same_bytes([b"ab", b"ce"], b"abcd")  # same length, one byte differs
+    assert not same_bytes([b"ab", b"c"], b"abcd")
+    assert not same_bytes([b"abcd", b"e"], b"abcd")

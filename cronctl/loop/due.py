@@ -12,27 +12,30 @@ from typing import Any
 
 from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
-from cronctl.store.jsonstore import Store
+from cronctl.store.jsonstore import Store, StoreSignature
 
 
 class DueIndex:
-    """The store as last read, and the next instants it holds."""
+    """The store as last read, and the next instants it holds (computed when first asked:
+    a force-run without a loop reads the document but never asks when anything is due)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._signature: Any = None
         self._doc: dict[str, Any] | None = None
-        self.next_due: datetime | None = None  # earliest_fire of the document
-        self.next_ahead: datetime | None = None  # earliest slot that may be claimed ahead
-        self.ahead_count = 0  # slots that fire with (or within a second of) next_ahead
+        self._instants: tuple[datetime | None, datetime | None, int] | None = None
 
     def refresh(self) -> None:
         doc, signature = self.store.read_if_changed(self._signature)
         if doc is None:
             return
+        self.seed(doc, signature)
+
+    def seed(self, doc: dict[str, Any], signature: StoreSignature) -> None:
+        """Take a read the caller already made (its signature says when it is out of date)."""
         self._signature = signature
         self._doc = doc
-        self.next_due, self.next_ahead, self.ahead_count = next_instants(doc)
+        self._instants = None
 
     def invalidate(self) -> None:
         """Our own write changed the store: recompute on the next refresh."""
@@ -44,6 +47,26 @@ class DueIndex:
         self.refresh()
         assert self._doc is not None
         return self._doc
+
+    @property
+    def next_due(self) -> datetime | None:
+        """earliest_fire of the document."""
+        return self._computed()[0]
+
+    @property
+    def next_ahead(self) -> datetime | None:
+        """The earliest slot that may be claimed ahead."""
+        return self._computed()[1]
+
+    @property
+    def ahead_count(self) -> int:
+        """Slots that fire with (or within a second of) next_ahead."""
+        return self._computed()[2]
+
+    def _computed(self) -> tuple[datetime | None, datetime | None, int]:
+        if self._instants is None:
+            self._instants = next_instants(self._doc) if self._doc is not None else (None, None, 0)
+        return self._instants
 
 
 def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:

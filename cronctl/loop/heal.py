@@ -167,11 +167,14 @@ def dead_claims(doc: dict[str, Any], live: Liveness) -> list[tuple[str, str, str
     return found
 
 
-def release_dead_claims(ctx: Context, job: str, live: Liveness, kill: Killer) -> list[str]:
+def release_dead_claims(ctx: Context, job: str, live: Liveness, kill: Killer,
+                        doc: dict[str, Any] | None = None) -> list[str]:
     """The claims of `job` whose owner died or whose lease ran out, reclaimed as the loop's
     heal pass would: for `force-run` without a loop, before it refuses "is running". A
-    force-run that died (kill -9, a failed store write) held its claim like any owner."""
-    entry = ctx.store.read()["jobs"].get(job)
+    force-run that died (kill -9, a failed store write) held its claim like any owner.
+    `doc`: the caller's fresh read of the store, if it made one (each reclaim re-checks
+    under the lock)."""
+    entry = (doc if doc is not None else ctx.store.read())["jobs"].get(job)
     if entry is None:
         return []
     released = []

@@ -97,14 +97,16 @@ class ForceResult:
 def force_run(ctx: Context, name: str, wait: bool, timeout: float | None = None) -> ForceResult:
     if ctx.on_postgres:
         return _force_on_cluster(ctx, name, wait, timeout)
-    get_entry(ctx.store.read(), name)
+    doc, signature = ctx.store.read_if_changed(None)
+    assert doc is not None  # nothing to compare with: always read
+    get_entry(doc, name)
     ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, pid=os.getpid())
     live = loop_alive(ctx.paths, ctx.clock.now())
     if live is not None:
         run_id = _force_through_loop(ctx, name, live)
         record = wait_for_record(ctx, name, run_id, timeout) if wait else None
         return ForceResult(run_id, True, record)
-    return _force_here(ctx, name)
+    return _force_here(ctx, name, (doc, signature))
 
 
 def _force_on_cluster(ctx: Context, name: str, wait: bool, timeout: float | None) -> ForceResult:
@@ -160,14 +162,20 @@ def wait_for_record(ctx: Context, job: str, run_id: str, timeout: float | None) 
     raise CronctlError(f"run {run_id} of '{job}' has not finished yet; follow it with 'cronctl logs {job} -f'")
 
 
-def _force_here(ctx: Context, name: str) -> ForceResult:
-    """No loop runs: this process claims, supervises and records the run with the loop's own engine."""
+def _force_here(ctx: Context, name: str, read: tuple[dict[str, Any], Any] | None = None) -> ForceResult:
+    """No loop runs: this process claims, supervises and records the run with the loop's own engine.
+
+    `read`: the caller's read of the JSON store and its signature, used again rather than
+    parsed again (a large store costs tens of milliseconds a parse)."""
+    from cronctl.loop.due import DueIndex
     from cronctl.loop.engine import build_engine, run_one
     from cronctl.loop.heal import release_dead_claims
     from cronctl.loop.on_failure import ON_FAILURE_TIMEOUT
 
-    release_dead_claims(ctx, name, _liveness(ctx), kill_run_processes)
+    release_dead_claims(ctx, name, _liveness(ctx), kill_run_processes, read[0] if read else None)
     engine = build_engine(ctx, _cli_owner())
+    if read is not None and isinstance(engine.due, DueIndex):
+        engine.due.seed(*read)  # out of date if a claim was released meanwhile: then read again
     engine.supervisor.start()
     try:
         engine.recover_pending()  # what a loop or force-run that died after a run's end still owed
@@ -178,6 +186,7 @@ def _force_here(ctx: Context, name: str) -> ForceResult:
     finally:
         engine.supervisor.shutdown("shutdown", wait=30)
         engine.record_results()
+        engine.drop_delivered()
     if ran is None:
         raise ConflictError(f"job '{name}' is running and its overlap is skip; not started")
     record = ran.record or _find_record(ctx, name, ran.run_id)

@@ -60,6 +60,8 @@ _upstreams_cache: tuple[tuple[int, Any], frozenset[str]] | None = None
 
 def _upstream_names(doc: dict[str, Any]) -> frozenset[str]:
     global _upstreams_cache
+    if getattr(doc["jobs"], "chain_free", False):
+        return frozenset()  # a one-job transaction's LazyJobs knows without parsing every job
     key = (id(doc["jobs"]), doc.get("rev"))
     cached = _upstreams_cache
     if cached is not None and cached[0] == key:

@@ -24,10 +24,7 @@ a step, the process SIGKILLs itself at that step, so tests can crash a real writ
 
 from __future__ import annotations
 
-import bisect
 import fcntl
-import gc
-import itertools
 import json
 import os
 import signal
@@ -37,12 +34,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 from cronctl.errors import LockTimeoutError, StoreCorruptError, StoreError, StoreWriteError
 from cronctl.paths import Paths
+from cronctl.store.codec import Document, encode_parts, parse, same_bytes, serialize
+from cronctl.store.lazyjobs import LazyJobs, open_lazily
 from cronctl.store.locks import describe_lock_holder
 from cronctl.store.statefiles import fsync_directory as _fsync_directory
 
@@ -51,7 +47,6 @@ CURRENT_VERSION = 1
 WRITE_STEPS = ("open", "write", "fsync", "backup", "rename", "dirfsync")
 CRASH_ENV = "CRONCTL_FAULT_STORE_CRASH"
 
-Document = dict[str, Any]
 
 # Waiting for a busy lock polls with a non-blocking flock: a blocking flock cannot be
 # given a deadline. The delay doubles from the first value up to the cap, so a short
@@ -146,178 +141,6 @@ def _shape_error(path: str | os.PathLike[str], problem: str) -> StoreCorruptErro
     )
 
 
-def serialize(doc: Document) -> bytes:
-    """The one byte form of a document on disk: stable key order, so equal documents give equal bytes.
-
-    Sorted keys everywhere, one top-level key per line and one job per line::
-
-        {
-         "counters": {...},
-         "jobs": {
-          "backup": {"at": null, "catchup": "latest", ...},
-          "report": {...}
-         },
-         "rev": 42,
-         "version": 1
-        }
-
-    Still one JSON document a person can read, diff and grep line by line. Every value is
-    written exactly as ``json.dumps(value, sort_keys=True, ensure_ascii=False,
-    separators=(", ", ": "))`` writes it (the format of every store so far), but by
-    msgspec, several times faster (see ``_dumps``).
-    """
-    return b"".join(_encode(doc)[0])
-
-
-def _encode(doc: Document) -> tuple[list[bytes], int | None]:
-    """The document as byte parts, and the index of the part holding "rev" (None: no rev)."""
-    parts = [b"{\n"]
-    keys = sorted(doc)
-    rev_at = None
-    for index, key in enumerate(keys):
-        end = b",\n" if index < len(keys) - 1 else b"\n"
-        value = doc[key]
-        if key == "jobs" and isinstance(value, dict) and value:
-            # The body stays a part of its own: pasting megabytes into a bigger string copies them.
-            parts += [b" " + _dumps(key) + b": {\n", _jobs_body(value), b"\n }" + end]
-            continue
-        if key == "rev":
-            rev_at = len(parts)
-        parts.append(b" " + _dumps(key) + b": " + _dumps(value) + end)
-    parts.append(b"}\n")
-    return parts, rev_at
-
-
-_fast_encode = msgspec.json.Encoder(order="sorted").encode
-_format = msgspec.json.format
-_NOT_PLAIN_DATA = (TypeError, ValueError, OverflowError, msgspec.EncodeError)
-_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-
-
-def _jobs_body(jobs: dict[str, Any]) -> bytes:
-    """One line ``  "name": {...}`` per job, sorted, joined by ",\\n"; as ``_dumps`` would write each.
-
-    The bulk of a write: made in one comprehension of C calls (a one-key object per job,
-    formatted, its braces cut), then checked once, as a whole, for floats msgspec spells
-    differently; only the lines where that check fires are made again through ``_dumps``.
-    """
-    names = sorted(jobs)
-    try:
-        lines = [_format(_fast_encode({name: jobs[name]}), indent=0)[1:-1] for name in names]
-    except _NOT_PLAIN_DATA:
-        return b",\n".join([b"  " + _dumps(name) + b": " + _dumps(jobs[name]) for name in names])
-    body = b",\n  ".join(lines)
-    suspects = _suspect_lines(body, lines, len(b",\n  "))
-    for index in suspects:
-        lines[index] = _dumps(names[index]) + b": " + _dumps(jobs[names[index]])
-    if suspects:
-        body = b",\n  ".join(lines)
-    return b"  " + body
-
-
-def _suspect_lines(body: bytes, lines: list[bytes], gap: int) -> set[int]:
-    """Indexes of the lines (joined into body, ``gap`` bytes apart) where ``_may_differ`` fires.
-
-    Only the hits are visited: a separator holds no digit, so no hit straddles two lines.
-    """
-    hits = []
-    for needle, text in ((b"0.0000", body), (b"0e", body.translate(_DIGITS_AS_ZERO))):
-        at = text.find(needle)
-        while at != -1:
-            hits.append(at)
-            at = text.find(needle, at + 1)
-    if not hits:
-        return set()
-    ends = list(itertools.accumulate(len(line) + gap for line in lines))
-    return {bisect.bisect_right(ends, at) for at in hits}
-
-
-def _dumps(value: Any) -> bytes:
-    """One value in the store's form: ``_stdlib_dumps(value)``, UTF-8 encoded, byte for byte.
-
-    msgspec writes sorted keys and, through ``format(indent=0)``, the ", " and ": "
-    separators; strings are escaped as the standard library escapes them with
-    ensure_ascii=False. Only floats may differ: below 1e-4 or from 1e16 on, Python writes
-    "1e-05" and "1e+16" where msgspec writes "0.00001" and "1e16" (NaN and infinities,
-    which are not JSON, msgspec writes as null: no store cronctl writes holds them).
-    """
-    try:
-        data = _format(_fast_encode(value), indent=0)
-    except _NOT_PLAIN_DATA:
-        data = None  # e.g. a set: the standard library raises the error a caller expects
-    if data is None or _may_differ(data):
-        return _stdlib_dumps(value).encode("utf-8")
-    return data
-
-
-def _may_differ(data: bytes) -> bool:
-    """Whether msgspec's output may spell a float otherwise than Python does.
-
-    Such a float has a digit followed by "e", or starts "0.0000". A string that merely
-    looks like one ("c0ffee", "sleep 0.00001") costs the slower encoder, never a
-    different byte.
-    """
-    return b"0.0000" in data or b"0e" in data.translate(_DIGITS_AS_ZERO)
-
-
-def _same_bytes(parts: list[bytes], data: bytes) -> bool:
-    """Whether the parts, joined, are data; without joining them (a copy of the whole store)."""
-    if sum(map(len, parts)) != len(data):
-        return False
-    offset = 0
-    for part in parts:
-        if not data.startswith(part, offset):
-            return False
-        offset += len(part)
-    return True
-
-
-def _make_stdlib_dumps() -> Callable[[Any], str]:
-    """json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")), built once.
-
-    The reference for ``_dumps``, and its fallback. json.dumps builds a new encoder on
-    every call; the C encoder made once gives the same text.
-    """
-    from json import encoder as json_encoder
-
-    make = getattr(json_encoder, "c_make_encoder", None)
-    if make is None:  # an interpreter without the C accelerator
-        return lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
-    encode = make(None, json.JSONEncoder().default, json_encoder.encode_basestring, None, ": ", ", ",
-                  True, False, True)
-
-    def dumps(value: Any) -> str:
-        if isinstance(value, str):
-            return json_encoder.encode_basestring(value)
-        return "".join(encode(value, 0))
-
-    return dumps
-
-
-_stdlib_dumps = _make_stdlib_dumps()
-_fast_decode = msgspec.json.Decoder().decode
-
-
-def parse(raw: bytes) -> Any:
-    """The JSON value of raw bytes, as json.loads gives it; raises what json.loads raises.
-
-    msgspec parses valid JSON about a third faster than json.loads; anything it refuses
-    (malformed input, NaN, a lone surrogate escape) goes to json.loads, whose verdict
-    and error message are the ones cronctl always gave. The cyclic garbage collector
-    is paused meanwhile: a parse allocates hundreds of thousands of containers, none of
-    them garbage, and would otherwise trigger full collections over all of them.
-    """
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _fast_decode(raw)
-    except msgspec.DecodeError:
-        return json.loads(raw.decode("utf-8"))
-    finally:
-        if collecting:
-            gc.enable()
-
-
 # --- the store --------------------------------------------------------------------
 
 
@@ -356,6 +179,9 @@ class Store:
         # Thread-local, because the scheduler's threads share one Store and each
         # wants the revision its own last transaction wrote.
         self._local = threading.local()
+        # The signature of the document this Store last wrote (or found in serialize()'s
+        # form), under the lock: the one whose job lines a transaction may parse lazily.
+        self._written: StoreSignature | None = None
 
     @property
     def last_written_rev(self) -> int | None:
@@ -433,7 +259,7 @@ class Store:
     # --- changing ---------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[Document]:
+    def transaction(self, lazy_jobs: bool = False) -> Iterator[Document]:
         """Lock, read, let the caller mutate the document in place, write it if it changed.
 
         On an exception in the body nothing is written. A store that does not parse
@@ -443,16 +269,23 @@ class Store:
         bytes read, so no copy of the document is kept to compare with, and 1, 1.0 and
         true stay different values. A store not in serialize()'s form (written by hand,
         or by an older version) is rewritten in that form by its first transaction.
+
+        `lazy_jobs`: the body looks up the few jobs it changes by name. When the store
+        is the document this Store last wrote, ``doc["jobs"]`` is then a `LazyJobs`
+        that parses a job's line when it is first looked up, and only changed lines
+        are serialized again (see `lazyjobs`). Otherwise it is an ordinary dict.
         """
         with self._exclusive():
             self._remove_stale_temps()
-            raw, _ = self._read_raw()
-            doc = self._decode(raw)
+            raw, signature = self._read_raw()
+            doc, jobs = self._open(raw, signature, lazy_jobs)
             rev = doc["rev"]
             yield doc
             doc["rev"] = rev  # the store's to set, never the caller's
-            parts, rev_at = _encode(doc)
-            if _same_bytes(parts, serialize(empty_document()) if raw is None else raw):
+            body = jobs.body() if doc.get("jobs") is jobs and jobs is not None else None
+            parts, rev_at = encode_parts(doc, body)
+            if same_bytes(parts, serialize(empty_document()) if raw is None else raw):
+                self._written = signature  # the bytes are serialize()'s: as good as written
                 return
             self._refuse_malformed(doc)
             doc["rev"] = rev + 1
@@ -460,11 +293,25 @@ class Store:
             end = b",\n" if parts[rev_at].endswith(b",\n") else b"\n"
             parts[rev_at] = b' "rev": %d%s' % (rev + 1, end)
             write = _AtomicWrite(self._paths, self._fault)
-            write.replace(b"".join(parts))
+            self._written = write.replace(b"".join(parts))
             # Recorded before the directory fsync: the new document is in place even
             # if that fsync fails and raises.
             self._local.rev = rev + 1
             write.flush_directory()
+
+    def _open(self, raw: bytes | None, signature: StoreSignature,
+              lazy_jobs: bool) -> tuple[Document, LazyJobs | None]:
+        """The document to hand a transaction's body, and its lazy jobs if it has them.
+
+        Lazily only bytes this Store wrote itself (same inode, size and mtime): they were
+        serialized by us, whole, so every job line is known good without parsing it.
+        """
+        if lazy_jobs and raw is not None and signature == self._written:
+            opened = open_lazily(raw)
+            if opened is not None and opened[0].get("version") == CURRENT_VERSION:
+                return migrate(opened[0], self._paths.store), opened[1]
+        self._written = None
+        return self._decode(raw), None
 
     def restore_backup(self) -> Path | None:
         """Put the last good copy back in place (doctor --repair).
@@ -486,6 +333,7 @@ class Store:
                 kept = self._paths.store.with_name(f"{self._paths.store.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
                 os.link(self._paths.store, kept)
             write = _AtomicWrite(self._paths, self._fault)
+            self._written = None  # the backup's bytes may be in any form
             write.replace(backup, keep_backup=False)
             write.flush_directory()
             return kept
@@ -595,17 +443,19 @@ class _AtomicWrite:
         self._fault = fault
         self._step = ""
 
-    def replace(self, data: bytes, keep_backup: bool = True) -> None:
-        """Put data in place of the store, or leave the store as it was and raise."""
+    def replace(self, data: bytes, keep_backup: bool = True) -> StoreSignature:
+        """Put data in place of the store, or leave the store as it was and raise; the new
+        store's signature."""
         store = self._paths.store
         temp = _temp_name(store)
         try:
-            self._write_temp(temp, data)
+            signature = self._write_temp(temp, data)
             self._reach("backup")
             if keep_backup:
                 self._keep_backup()
             self._reach("rename")
             os.replace(temp, store)
+            return signature
         except BaseException as exc:
             with suppress(OSError):
                 os.unlink(temp)
@@ -633,7 +483,7 @@ class _AtomicWrite:
         if self._fault is not None:
             self._fault(step)
 
-    def _write_temp(self, temp: Path, data: bytes) -> None:
+    def _write_temp(self, temp: Path, data: bytes) -> StoreSignature:
         self._reach("open")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
@@ -641,6 +491,7 @@ class _AtomicWrite:
             _write_all(fd, data)
             self._reach("fsync")
             os.fsync(fd)
+            return StoreSignature.of(os.fstat(fd))  # a rename changes neither inode nor mtime
         finally:
             os.close(fd)
 

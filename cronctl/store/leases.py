@@ -183,6 +183,8 @@ class LeaseStore(Protocol):
 
     def settle(self, runs: list[tuple[str, str]]) -> None: ...
 
+    def flush_settled(self) -> None: ...
+
     def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]: ...
 
 
@@ -216,7 +218,7 @@ class JsonLeaseStore:
         return batch
 
     def claim_force(self, job: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             batch = claims_mod.claim_force(doc, job, now, owner, lease)
         self._write(batch.events)
         return batch
@@ -224,7 +226,7 @@ class JsonLeaseStore:
     # --- the gate --------------------------------------------------------------------------
 
     def mark_dispatched(self, owner: Owner, runs: list[Dispatched], now: datetime) -> list[Dispatched]:
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             return claims_mod.mark_dispatched(doc, owner, runs, now)
 
     def release_held(self, owner: Owner, gates: list[HeldGate], lateness: list[float]) -> list[str]:
@@ -233,7 +235,7 @@ class JsonLeaseStore:
         Returns the run ids whose gates may open."""
         kept: list[str] = []
         events: list[Event] = []
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             for gate in gates:
                 why = _changed_since_claim(doc, gate, owner)
                 if why is not None:
@@ -250,7 +252,7 @@ class JsonLeaseStore:
 
     def unhold(self, runs: list[Unhold], why: str) -> int:
         events: list[Event] = []
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             for run in runs:
                 event = claims_mod.unhold(doc, run.job, run.run_id, run.advanced_to, why)
                 if event is not None:
@@ -264,7 +266,7 @@ class JsonLeaseStore:
             return
         rows: list[Event] = []
         recorded: list[tuple[list[Event], Finished]] = []
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             for item in refused:
                 state = doc["jobs"].get(item.job, {}).get("state", {})
                 if item.outcome is None or _blocked_again(item, item.outcome, state):
@@ -284,11 +286,11 @@ class JsonLeaseStore:
     # --- leases ----------------------------------------------------------------------------
 
     def renew(self, owner: Owner, runs: dict[str, str], lease: Lease) -> list[str]:
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             return claims_mod.renew(doc, owner, runs, lease)
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int:
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             return adopt_claims(doc, old, new, runs)
 
     # --- finish ------------------------------------------------------------------------------
@@ -303,7 +305,7 @@ class JsonLeaseStore:
         done_list: list[tuple[RunEnd, Finished]] = []
         rev = self.store.last_written_rev
         try:
-            with self._tx() as doc:
+            with self._tx(by_name=all(end.job for end in ends)) as doc:
                 done_list.clear()
                 for end in ends:
                     job = end.job or job_of_run(doc, end.run_id)
@@ -329,7 +331,7 @@ class JsonLeaseStore:
         """Release a claim whose owner is gone as lost / not_started; fenced on the owner seen
         when it was judged broken, so a run that ended for real, or was reclaimed by someone
         else meanwhile, is left alone."""
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             reclaimed = reclaim_claim(doc, job, run_id, seen_owner, reason, now, processes_killed)
             if reclaimed is None:
                 return False
@@ -342,7 +344,7 @@ class JsonLeaseStore:
                           processes_killed: int) -> bool:
         """A run past any deadline it could have: recorded timeout (the runner's own record wins)."""
         outcome = Outcome(RunStatus.TIMEOUT, "deadline_janitor", fault=Fault.JOB)
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             if find_claim(doc, job, run_id) is None:
                 return False  # the runner recorded it meanwhile: never overwrite a real ending
             done = claims_mod.finish(doc, job, run_id, None, outcome, now)
@@ -358,7 +360,7 @@ class JsonLeaseStore:
     def end_unsupervised(self, job: str, run_id: str, outcome: Outcome, now: datetime,
                          processes_killed: int) -> bool:
         """Record the end of a run no loop supervises (its processes already ended by the caller)."""
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             if find_claim(doc, job, run_id) is None:
                 return False
             done = claims_mod.finish(doc, job, run_id, None, outcome, now)
@@ -373,7 +375,7 @@ class JsonLeaseStore:
 
         Marked either way, so one failure is re-armed (or judged not wedged) exactly once.
         """
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             event = rearm_wedged(doc, job, now)
         if event is None:
             return False
@@ -382,7 +384,7 @@ class JsonLeaseStore:
 
     def bump(self, counter: str) -> None:
         """One more of a recovery counter (`status` shows them)."""
-        with self._tx() as doc:
+        with self._tx(by_name=True) as doc:
             bump_counter(doc, counter)
 
     # --- read views ------------------------------------------------------------------------------
@@ -439,6 +441,15 @@ class JsonLeaseStore:
         with self._settled_lock:
             self._settled.update(runs)
 
+    def flush_settled(self) -> None:
+        """Drop the settled entries now, in one small write: for a process about to exit,
+        whose entries the next process would otherwise find orphaned and check one by one."""
+        with self._settled_lock:
+            if not self._settled:
+                return
+        with self._tx(by_name=True):
+            pass
+
     def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]:
         """Complete what writers that died left pending: their rows and records now (once),
         their owed hooks returned for the caller to start and `settle`. `doc`: a recent
@@ -451,11 +462,15 @@ class JsonLeaseStore:
             return outbox.deliver_orphans(current, found, self.audit, self.paths)
 
     @contextmanager
-    def _tx(self) -> Iterator[dict[str, Any]]:
-        """A store transaction that also drops the outbox entries delivered since the last one."""
+    def _tx(self, by_name: bool = False) -> Iterator[dict[str, Any]]:
+        """A store transaction that also drops the outbox entries delivered since the last one.
+
+        `by_name`: the body looks jobs up by name only (a store transaction with
+        lazy_jobs: a few jobs of a large store cost a few jobs, not the store).
+        """
         with self._settled_lock:
             settled = set(self._settled)
-        with self.store.transaction() as doc:
+        with self.store.transaction(lazy_jobs=by_name) as doc:
             yield doc
             if settled:
                 outbox.drop(doc, settled)

@@ -40,7 +40,8 @@ from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.paths import Paths
 from cronctl.store.claims import wake_at
-from cronctl.store.jsonstore import CURRENT_VERSION, Document, Store
+from cronctl.store.codec import Document
+from cronctl.store.jsonstore import CURRENT_VERSION, Store
 from cronctl.store.pg.audit import dumps
 from cronctl.store.pg.connect import Connection, StoreUrl
 from cronctl.store.pg.document import (
@@ -204,7 +205,8 @@ class PgDocStore(Store):
     # --- changing ---------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[Document]:
+    def transaction(self, lazy_jobs: bool = False) -> Iterator[Document]:
+        """`lazy_jobs` is the JSON store's; here a transaction always loads every job row."""
         try:
             conn = self.session.conn()
             with self.session.lock, short_transaction(conn, DOC_LIMITS):

@@ -328,11 +328,14 @@ class PgLeaseStore:
         """Nothing to drop: here a run's audit rows and history record commit in the same
         transaction as its end (SPEC §9), so no entry is ever left pending."""
 
+    def flush_settled(self) -> None:
+        """Nothing to drop (see `settle`)."""
+
     def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]:
         """Nothing is pending on PostgreSQL (see `settle`): no rows or records to complete.
 
         An `on_failure` hook owed by a loop that died between its commit and the hook's start
-        is the one thing this does not recover yet; the loop does not run on PostgreSQL yet.
+        is the one thing this does not recover on PostgreSQL.
         """
         return []
 
