@@ -119,6 +119,7 @@ def test_a_big_file_has_the_same_values_and_lines_under_both_parsers() -> None:
     "jobs:\n  - {name: a\ufeff, every: 1m, command: x}\n",  # a BOM inside the text
     "\ufeffjobs: []\n",  # a BOM that starts it
     "jobs: [\u0085]\n", "jobs: 'a\u2028b'\n", 'jobs: "\\x00"\n',
+    "{? '' : {'0': null,\\x41? '' : null}}\n", "{a: 1, x?: 2}\n", "[x? c]\n",  # ? inside a plain scalar in flow
 ])
 def test_hand_picked_documents_read_as_the_pure_parser_reads_them(text: str) -> None:
     assert outcome(used_loader, text) == outcome(pure_loader, text)

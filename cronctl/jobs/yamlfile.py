@@ -145,12 +145,18 @@ def _check_expansion(root: yaml.Node) -> None:
 # generated documents, tests/test_jobfile_loaders.py): it takes a tab where PyYAML refuses
 # one, strips every leading BOM (PyYAML one), reads a bare `!` tag as '' (PyYAML None) and
 # takes a `#` right after a block scalar's `|` or `>`. A text with any of these goes to PyYAML.
+# So does one with a flow collection and a `?`: inside `{...}` or `[...]`, libyaml reads
+# `x?` as a plain scalar where PyYAML ends the scalar at the `?` and refuses the document.
 _LIBYAML_DIFFERS = re.compile(r"[\t\ufeff]|!(?=[\s,\]}]|$)|[|>][-+0-9]*#")
+
+
+def _libyaml_differs(text: str) -> bool:
+    return bool(_LIBYAML_DIFFERS.search(text)) or ("?" in text and ("{" in text or "[" in text))
 
 
 def parse_yaml(path: Path, text: str) -> Any:
     """The YAML value of a jobs file's text; ConfigError naming the file (and line) if it is not YAML."""
-    if _LineLoader is _PyLineLoader or _LIBYAML_DIFFERS.search(text):
+    if _LineLoader is _PyLineLoader or _libyaml_differs(text):
         return _load_yaml(path, text, _PyLineLoader)
     try:
         return _load_yaml(path, text, _LineLoader)
