@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Mapping
 
@@ -15,37 +16,37 @@ from cronctl.errors import HomeError
 class Paths:
     home: Path
 
-    @property
+    @cached_property
     def store(self) -> Path:
         return self.home / "jobs.json"
 
-    @property
+    @cached_property
     def store_backup(self) -> Path:
         """The last good copy of the store, kept beside it."""
         return self.home / "jobs.json.bak"
 
-    @property
+    @cached_property
     def store_lock(self) -> Path:
         return self.home / "jobs.lock"
 
-    @property
+    @cached_property
     def scheduler_lock(self) -> Path:
         return self.home / "scheduler.lock"
 
-    @property
+    @cached_property
     def heartbeat(self) -> Path:
         return self.home / "scheduler.json"
 
-    @property
+    @cached_property
     def control_dir(self) -> Path:
         """Requests from CLI commands to the running loop (force-run, kill)."""
         return self.home / "control"
 
-    @property
+    @cached_property
     def audit(self) -> Path:
         return self.home / "audit.jsonl"
 
-    @property
+    @cached_property
     def runs_dir(self) -> Path:
         return self.home / "runs"
 

@@ -69,3 +69,24 @@ def test_one_pass_says_what_the_two_passes_said() -> None:
         doc = {"jobs": {f"j{i}": _entry(rng, i) for i in range(size)}, "chains": {}}
         assert due.next_instants(doc) == _reference(doc), (seed, size)
         assert due.earliest_fire(doc) == _reference(doc)[0]
+
+
+def _clustered_entry(rng: random.Random, index: int) -> dict[str, Any]:
+    """Slots a few milliseconds to seconds apart (runs spawned together), some written with
+    another offset or without milliseconds, as a hand-edited store may hold them."""
+    entry = _entry(rng, index)
+    slot = T0 + timedelta(milliseconds=rng.choice([0, 1, 999, 1000, 1001, 1500, 2500, -3]))
+    text = to_iso(slot)
+    if rng.random() < 0.15:
+        text = slot.astimezone(timezone(timedelta(hours=2))).isoformat()
+    elif rng.random() < 0.15:
+        text = slot.isoformat(timespec="microseconds")
+    entry["state"]["next_run_at"] = text
+    return entry
+
+
+def test_slots_compared_as_text_count_and_order_as_the_instants_do() -> None:
+    for seed, size in itertools.product(range(60), (1, 2, 5, 30)):
+        rng = random.Random(seed * 1000 + size)
+        doc = {"jobs": {f"j{i}": _clustered_entry(rng, i) for i in range(size)}, "chains": {}}
+        assert due.next_instants(doc) == _reference(doc), (seed, size)

@@ -1,14 +1,20 @@
-"""The loop's heartbeat file: written by the loop every tick, read by everyone else.
+"""The loop's heartbeat: `scheduler.json` and the tick record, written by the loop, read by everyone else.
 
-The read side (`loop_status`, `heartbeat_age`) says what the loop is doing as another
-process sees it: ok, stopped, dead, wedged, or cannot_write.
+The read side (`loop_status`, `read_heartbeat`, `heartbeat_age`) says what the loop is
+doing as another process sees it: ok, stopped, dead, wedged, or cannot_write.
 
-A full disk (or a read-only remount) makes the heartbeat write fail while the loop goes
-on ticking; a reader must not take that silence for a hung loop. So the leader also owns
-`heartbeat.tick`, a fixed-size record written once when it starts to lead, and overwritten
-in place (no new blocks, no new inode: it still works on a full disk) on every tick whose
-heartbeat write failed. A stale heartbeat beside a fresh tick record of the same process
-means "alive and ticking, but cannot write", with the error it got.
+Every tick the loop overwrites `heartbeat.tick`, a fixed-size record created when it
+starts to lead, in place: one pwrite, no new inode, no new block (so it works on a full
+disk too). `scheduler.json` is written whole (temp file and rename) when what it says
+changes (generation, running runs, a clean stop), and at least every
+`HEARTBEAT_FILE_EVERY` seconds: a rename costs about 0.2 ms of CPU, and once a second
+that was most of an idle loop's cost. Readers take the tick from whichever of the two
+is newer (`read_heartbeat`), so `status` sees every tick; a reader of the file alone
+sees a `last_tick_at` at most that many seconds old.
+
+A full disk (or a read-only remount) makes the `scheduler.json` write fail while the
+loop goes on ticking; a reader must not take that silence for a hung loop. The tick
+record then carries the error: "alive and ticking, but cannot write".
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,8 +38,11 @@ if TYPE_CHECKING:
 
 # A loop ticks at least once a second; this much silence means it is hung (or stopped by SIGSTOP).
 HEARTBEAT_STALE_AFTER = 10.0
+# scheduler.json is rewritten at least this often while only the tick changes: well inside
+# HEARTBEAT_STALE_AFTER, so a reader of the file alone never takes a ticking loop for a hung one.
+HEARTBEAT_FILE_EVERY = 5.0
 # The in-place tick record: always exactly this many bytes, so an overwrite allocates nothing.
-TICK_RECORD_SIZE = 512
+TICK_RECORD_SIZE = 1024
 _TICK_ERROR_MAX = 300
 
 
@@ -63,9 +72,9 @@ class LoopStatus:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass
 class HeartbeatWriter:
-    """What stays the same in every beat of one loop process; `write` adds what changes."""
+    """What stays the same in every beat of one loop process; `beat` and `write` add what changes."""
 
     paths: Paths
     clock: Clock
@@ -73,59 +82,102 @@ class HeartbeatWriter:
     boot: str | None
     started_at: datetime
     file: Path | None
+    # What scheduler.json said when last written whole, and when (monotonic); its last error.
+    _said: tuple[Any, ...] | None = field(default=None, init=False)
+    _said_at: float = field(default=float("-inf"), init=False)
+    _problem: str | None = field(default=None, init=False)
+    _tick_fd: int | None = field(default=None, init=False)  # kept open: a tick costs one pwrite
 
     def prepare(self) -> None:
         """Create the tick record at its full size; raises OSError when the home is not writable."""
         path = tick_path(self.paths)
         try:
             write_json_atomic(path, {})  # a fresh inode of our own, then its full size
-            self._overwrite_tick(None)
+            if self._tick_fd is not None:
+                os.close(self._tick_fd)
+            self._tick_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            self._overwrite_tick(None, ticks=0, active_runs=0)
         except OSError as exc:  # os.write names no file: say which one
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
+    def beat(self, *, generation: str | None, ticks: int, active_runs: int) -> str | None:
+        """One tick: the tick record, and scheduler.json when what it says changed or it is
+        due (or its last write failed). Returns what failed, if anything."""
+        said = (generation, active_runs)
+        due = self.clock.monotonic() - self._said_at >= HEARTBEAT_FILE_EVERY
+        if self._problem is not None or said != self._said or due:
+            return self.write(generation=generation, ticks=ticks, active_runs=active_runs, stopped_cleanly=False)
+        return self._tick(self._problem, ticks, active_runs)
+
     def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
-        """Write the heartbeat; on failure, beat in the tick record instead and return what failed."""
+        """Write scheduler.json whole, then the tick record; returns what failed, if anything."""
+        now_mono = self.clock.monotonic()
         try:
             write_json_atomic(self.paths.heartbeat, {
                 "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
                 "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
-                "last_tick_at": to_iso(self.clock.now()), "last_tick_mono": self.clock.monotonic(),
+                "last_tick_at": to_iso(self.clock.now()), "last_tick_mono": now_mono,
                 "stopped_cleanly": stopped_cleanly, "ticks": ticks, "active_runs": active_runs,
                 "file": str(self.file) if self.file else None,
             })
-            return None
+            self._problem = None
+            self._said, self._said_at = (generation, active_runs), now_mono
         except OSError as exc:
-            problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
+            self._problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
+        return self._tick(self._problem, ticks, active_runs)
+
+    def _tick(self, problem: str | None, ticks: int, active_runs: int) -> str | None:
         try:
-            self._overwrite_tick(problem)
+            self._overwrite_tick(problem, ticks, active_runs)
         except OSError as exc:
-            problem += f"; {tick_path(self.paths).name}: {exc.strerror or exc}"
+            failed = f"{tick_path(self.paths).name}: {exc.strerror or exc}"
+            return f"{problem}; {failed}" if problem else failed
         return problem
 
-    def _overwrite_tick(self, error: str | None) -> None:
+    def _overwrite_tick(self, error: str | None, ticks: int, active_runs: int) -> None:
         record = json.dumps({
             "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
             "boot_id": self.boot, "mono": self.clock.monotonic(), "at": to_iso(self.clock.now()),
+            "ticks": ticks, "active_runs": active_runs,
             "error": None if error is None else error[:_TICK_ERROR_MAX],
         }, sort_keys=True).encode()
+        data = record.ljust(TICK_RECORD_SIZE - 1) + b"\n"
+        if self._tick_fd is not None:
+            os.pwrite(self._tick_fd, data, 0)
+            return
         fd = os.open(tick_path(self.paths), os.O_WRONLY | os.O_CLOEXEC)  # never O_CREAT: no new inode
         try:
-            os.pwrite(fd, record.ljust(TICK_RECORD_SIZE - 1) + b"\n", 0)
+            os.pwrite(fd, data, 0)
         finally:
             os.close(fd)
 
 
-def fresh_tick(paths: Paths, ident: ProcIdentity, boot: str | None, within: float,
-               monotonic: float) -> dict[str, Any] | None:
-    """The tick record of this very process (pid, start time, boot) if it beat within `within` s.
+def own_tick(paths: Paths, hb: dict[str, Any]) -> dict[str, Any] | None:
+    """The tick record, if the process that wrote the scheduler.json `hb` wrote it too.
 
-    A record read while it is being overwritten does not parse: it counts as absent."""
+    A record read while it is being overwritten does not parse: it counts as absent (the
+    file then speaks for the loop, at most HEARTBEAT_FILE_EVERY seconds behind)."""
     tick = read_json(tick_path(paths))
-    if not tick or tick.get("pid") != ident.pid or tick.get("boot_id") != boot:
+    if not tick or tick.get("pid") != hb.get("pid") or tick.get("boot_id") != hb.get("boot_id"):
         return None
-    if float(tick.get("start_time") or 0.0) != ident.start_time:  # both copied from the loop's identity
+    if float(tick.get("start_time") or 0.0) != float(hb.get("start_time") or 0.0):
         return None
-    return tick if monotonic - float(tick.get("mono") or 0.0) <= within else None
+    return tick
+
+
+def with_tick(hb: dict[str, Any], tick: dict[str, Any] | None) -> dict[str, Any]:
+    """scheduler.json `hb` brought up to its loop's last tick, when the tick record is newer."""
+    if tick is None or float(tick.get("mono") or 0.0) <= float(hb.get("last_tick_mono") or 0.0):
+        return hb
+    return {**hb, "last_tick_at": tick.get("at"), "last_tick_mono": tick.get("mono"),
+            "ticks": tick.get("ticks", hb.get("ticks")), "active_runs": tick.get("active_runs", hb.get("active_runs"))}
+
+
+def read_heartbeat(paths: Paths) -> dict[str, Any] | None:
+    """What the loop last said of itself: scheduler.json, with the tick of the tick record
+    when that is newer (the loop rewrites the file only every few seconds when idle)."""
+    hb = read_json(paths.heartbeat)
+    return None if hb is None else with_tick(hb, own_tick(paths, hb))
 
 
 def heartbeat_age(hb: dict[str, Any], now: datetime, boot: str) -> float | None:
@@ -139,7 +191,9 @@ def heartbeat_age(hb: dict[str, Any], now: datetime, boot: str) -> float | None:
 def loop_status(paths: Paths, now: datetime) -> LoopStatus:
     from cronctl.proc.identity import ProcIdentity, boot_id, is_alive
 
-    hb = read_json(paths.heartbeat)
+    written = read_json(paths.heartbeat)
+    tick = None if written is None else own_tick(paths, written)
+    hb = None if written is None else with_tick(written, tick)
     holder = lock_holder(paths) if paths.scheduler_lock.exists() else None
     standby = _live_standby(paths)
     if hb is None:
@@ -164,13 +218,12 @@ def loop_status(paths: Paths, now: datetime) -> LoopStatus:
         return LoopStatus("dead", "the loop died without stopping cleanly (killed or crashed); "
                           "start 'cronctl run' again — it reclaims what the old one left", **common)
     if age is not None and age > HEARTBEAT_STALE_AFTER:
-        tick = fresh_tick(paths, ident, boot, HEARTBEAT_STALE_AFTER, time.monotonic())
-        if tick is not None and tick.get("error"):
-            return LoopStatus("cannot_write", f"the loop (pid {ident.pid}) is alive and ticking but cannot write "
-                              f"its heartbeat ({tick['error']}); free space on the home's filesystem "
-                              "('cronctl doctor' shows it): the loop needs no restart", **common)
         return LoopStatus("wedged", f"the loop (pid {ident.pid}) is alive but has not ticked for {age:.0f}s; "
                           "a --standby takes over, or kill it and start 'cronctl run' again", **common)
+    if tick is not None and tick.get("error"):  # fresh, or the age above would be stale
+        return LoopStatus("cannot_write", f"the loop (pid {ident.pid}) is alive and ticking but cannot write "
+                          f"its heartbeat ({tick['error']}); free space on the home's filesystem "
+                          "('cronctl doctor' shows it): the loop needs no restart", **common)
     return LoopStatus("ok", "ticking", **common)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cronctl.context import Context
-from cronctl.loop.heartbeat import fresh_tick
+from cronctl.loop.heartbeat import read_heartbeat
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.store.locks import SchedulerLock, lock_holder
@@ -107,15 +107,12 @@ class Leadership:
             self.standby_path.unlink(missing_ok=True)
 
     def _leader_wedged(self) -> bool:
-        hb = read_json(self.ctx.paths.heartbeat)
+        # With the tick record's tick: a leader that ticks but cannot write scheduler.json
+        # (a full disk) still beats there, and is not wedged.
+        hb = read_heartbeat(self.ctx.paths)
         if not hb or hb.get("boot_id") != self.boot or hb.get("stopped_cleanly"):
             return False
-        now = self.ctx.clock.monotonic()
-        if now - float(hb.get("last_tick_mono") or 0.0) <= self.takeover_after:
-            return False
-        # A silent heartbeat beside a fresh tick record: the leader ticks but cannot write (a full disk).
-        ident = procs.ProcIdentity(int(hb.get("pid") or 0), float(hb.get("start_time") or 0.0))
-        return fresh_tick(self.ctx.paths, ident, self.boot, self.takeover_after, now) is None
+        return self.ctx.clock.monotonic() - float(hb.get("last_tick_mono") or 0.0) > self.takeover_after
 
     def _kill_wedged_leader(self) -> None:
         hb = read_json(self.ctx.paths.heartbeat) or {}

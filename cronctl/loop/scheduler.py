@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
     from cronctl.loop.cluster import ClusterMember
 
 WATCHDOG_PERIOD = 0.5
+IDLE_WATCH_PERIOD = 5.0  # the main thread's look for a silent tick thread without systemd or --file
 # While a dropped job's run goes on, the watched file is applied again when a run ends, and at
 # least this often (a run of another process, force-run without the loop, ends unseen).
 PRUNE_RETRY_EVERY = 10.0
@@ -268,9 +269,14 @@ class Scheduler:
         return member
 
     def _watch(self) -> None:
+        # Only systemd's watchdog and --file need a look twice a second; otherwise the main
+        # thread waits on the tick thread itself, which wakes it at once if that thread ends
+        # (died, or stopping), and looks for a silent one every few seconds: waking twice a
+        # second for nothing was a quarter of an idle loop's CPU.
+        needs_polling = self.service.watch_period is not None or self.options.file is not None
         period = min(WATCHDOG_PERIOD, self.service.watch_period or WATCHDOG_PERIOD)
         while not self.stop_event.is_set():
-            self.stop_event.wait(period)
+            self._wait_for_trouble(period if needs_polling else IDLE_WATCH_PERIOD)
             if self.stop_event.is_set():
                 break
             self._watchdog()
@@ -278,6 +284,14 @@ class Scheduler:
                 self.service.watch(self.generation.last_beat, self.service_status)
             if self.options.file is not None:
                 self._apply_file(initial=False)
+
+    def _wait_for_trouble(self, period: float) -> None:
+        gen = self.generation
+        thread = gen.thread if gen is not None else None
+        if thread is not None and thread.is_alive():
+            thread.join(timeout=period)
+        else:  # not started, or dead: the watchdog restarts it, at most every WATCHDOG_PERIOD
+            self.stop_event.wait(WATCHDOG_PERIOD)
 
     def _stop(self) -> None:
         self.role = "stopping"
@@ -360,7 +374,8 @@ class Scheduler:
         self._start_generation(gen_id)
 
     def _tick_loop(self, gen: Generation) -> None:
-        while not gen.stop.is_set():
+        # Also ends on a stop request, so the main thread, waiting on this thread, wakes at once.
+        while not gen.stop.is_set() and not self.stop_event.is_set():
             hint = 1.0
             with self.tick_lock:
                 if gen.stop.is_set():
@@ -372,7 +387,7 @@ class Scheduler:
             gen.last_beat = self.ctx.clock.monotonic()
             gen.stall_reported = False
             try:
-                self._write_heartbeat(stopped_cleanly=False)
+                self._write_heartbeat(stopped_cleanly=False, tick=True)
                 if self.hooks.after_tick is not None:
                     self.hooks.after_tick(self.ctx)
             except Exception as exc:
@@ -439,10 +454,13 @@ class Scheduler:
             report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
                                supervised=self.engine.active.keys(), doc=doc)
         else:
+            view = self._heal_view()
+            if not view["jobs"]:
+                return HealReport()  # no claim and no failed run: nothing can need healing
             live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
                             monotonic=clock.monotonic)
             report = heal_pass(self.ctx, clock.now(), live, kill_run_processes,
-                               supervised=self.engine.active.keys(), doc=self._heal_view())
+                               supervised=self.engine.active.keys(), doc=view)
         for _job, run_id in report.deadline_terminated:
             self.engine.active.pop(run_id, None)
         if report.anything:
@@ -478,11 +496,16 @@ class Scheduler:
 
     # --- what the loop tells: heartbeat, service manager, HTTP ----------------------------------
 
-    def _write_heartbeat(self, stopped_cleanly: bool) -> None:
+    def _write_heartbeat(self, stopped_cleanly: bool, tick: bool = False) -> None:
+        """scheduler.json and the tick record; `tick`: a tick's beat, which rewrites the file
+        only when what it says changed or it is due (see loop/heartbeat.py)."""
         gen = self.generation
-        problem = self.heartbeat.write(generation=gen.id if gen else None, ticks=self.ticks,
-                                       active_runs=len(self.engine.active) if self.engine else 0,
-                                       stopped_cleanly=stopped_cleanly)
+        said: dict[str, Any] = {"generation": gen.id if gen else None, "ticks": self.ticks,
+                                "active_runs": len(self.engine.active) if self.engine else 0}
+        if tick:
+            problem = self.heartbeat.beat(**said)
+        else:
+            problem = self.heartbeat.write(**said, stopped_cleanly=stopped_cleanly)
         if problem == self._heartbeat_problem:
             return
         # Said once per change, on stderr: on a full disk an audit row would fail like the heartbeat.

@@ -26,13 +26,12 @@ JOB_STATES = ("ok", "running", "paused", "failing", "late", "wedged", "completed
 
 def metrics_for(ctx: Any) -> bytes:
     """The metrics of one home, as any process sees them."""
-    from cronctl.loop.heartbeat import loop_status
+    from cronctl.loop.heartbeat import loop_status, read_heartbeat
     from cronctl.ops.liveness import judges
-    from cronctl.store.statefiles import read_json
 
     now = ctx.clock.now()
     alive, expired = judges(ctx)  # on PostgreSQL a run of another host is judged by its lease
-    return render_text(ctx.store.read(), loop_status(ctx.paths, now), read_json(ctx.paths.heartbeat), now,
+    return render_text(ctx.store.read(), loop_status(ctx.paths, now), read_heartbeat(ctx.paths), now,
                        alive, expired)
 
 

@@ -29,9 +29,9 @@ from cronctl.proc.termination import ScanQueue
 
 # In subreaper mode orphans exit without telling us; look for them this often.
 _ORPHAN_REAP_INTERVAL = 0.25
-# With no run at all, only a leftover of an earlier run can end: looked for less often,
-# so an idle loop's supervisor wakes twice a second less than eight times.
-_IDLE_ORPHAN_REAP_INTERVAL = 2.0
+# With no run at all, only a leftover of an earlier run can end: looked for rarely (a
+# zombie costs a pid entry meanwhile, nothing else), so an idle loop's supervisor sleeps.
+_IDLE_ORPHAN_REAP_INTERVAL = 10.0
 
 
 class Watcher:
