@@ -90,3 +90,73 @@ def test_slots_compared_as_text_count_and_order_as_the_instants_do() -> None:
         rng = random.Random(seed * 1000 + size)
         doc = {"jobs": {f"j{i}": _clustered_entry(rng, i) for i in range(size)}, "chains": {}}
         assert due.next_instants(doc) == _reference(doc), (seed, size)
+
+
+def _store_with(tmp_path: Any, jobs: dict[str, Any]) -> Any:
+    from cronctl.paths import Paths
+    from cronctl.store.jsonstore import Store
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    store = Store(Paths(tmp_path))
+    with store.transaction() as doc:
+        doc["jobs"].update(jobs)
+    return store
+
+
+def test_the_loop_reads_jobs_one_by_one_and_keeps_only_those_it_watches(tmp_path: Any) -> None:
+    from cronctl.store.outbox import PENDING
+
+    for seed in range(8):
+        rng = random.Random(seed)
+        jobs = {f"j{i}": _clustered_entry(rng, i) if i % 2 else _entry(rng, i) for i in range(40)}
+        jobs["j0"]["state"][PENDING] = {"r1": {"rows": []}}
+        jobs["j1"]["state"]["last_status"] = "error"
+        store = _store_with(tmp_path / str(seed), jobs)
+        index = due.DueIndex(store)
+        index.refresh()
+        whole = store.read()
+        assert (index.next_due, index.next_ahead, index.ahead_count) == due.next_instants(whole)
+        assert index.job_count == 40
+        assert sorted(index.doc["jobs"]) == sorted(name for name, entry in whole["jobs"].items() if due.watched(entry))
+        assert {"j0", "j1"} <= set(index.doc["jobs"]) and len(index.doc["jobs"]) < 40
+        assert index.doc["counters"] == whole["counters"]
+
+
+def test_a_store_written_by_hand_or_with_chains_is_read_whole_with_the_same_result(tmp_path: Any) -> None:
+    import json
+
+    import pytest
+
+    from cronctl.errors import StoreCorruptError
+    from cronctl.paths import Paths
+
+    rng = random.Random(7)
+    store = _store_with(tmp_path / "hand", {f"j{i}": _entry(rng, i) for i in range(10)})
+    path = Paths(tmp_path / "hand").store
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=2))  # one key per line
+    index = due.DueIndex(store)
+    index.refresh()
+    assert (index.next_due, index.next_ahead, index.ahead_count, index.job_count) == (
+        *due.next_instants(store.read()), 10)
+    canonical = _store_with(tmp_path / "split", {f"j{i}": _entry(rng, i) for i in range(10)})
+    split = Paths(tmp_path / "split").store
+    text = split.read_text()
+    at = text.index('"j7": ')  # jobs j0 to j6 stream, then j7 is on two lines
+    split.write_text(text[:at] + text[at:].replace(', "command"', ',\n  "command"', 1))
+    index = due.DueIndex(canonical)
+    index.refresh()  # the first lines stream, then one is not a whole job: read whole instead
+    assert (index.next_due, index.next_ahead, index.ahead_count, index.job_count) == (
+        *due.next_instants(canonical.read()), 10)
+    path.write_text(path.read_text()[:-30])  # cut short: refused, as a read refuses it
+    with pytest.raises(StoreCorruptError):
+        due.DueIndex(store).refresh()
+
+    chained = {f"j{i}": _entry(rng, i) for i in range(5)}
+    chain_store = _store_with(tmp_path / "chain", chained)
+    with chain_store.transaction() as doc:
+        doc["chains"] = {"c1": {"started_at": to_iso(T0 - timedelta(hours=1)), "slot": to_iso(T0),
+                                "nodes": {"j1": {"status": "ready"}}}}
+    index = due.DueIndex(chain_store)
+    index.refresh()
+    assert index.next_due == T0 - timedelta(hours=1)  # the chain's ready node, decided over every job
+    assert index.job_count == 5

@@ -171,3 +171,26 @@ def test_a_failed_body_writes_nothing(tmp_path: Path) -> None:
         doc["jobs"]["job-001"]["state"]["runs"] = 9
         raise RuntimeError("body failed")
     assert path.read_bytes() == before
+
+
+def test_jobs_read_a_chunk_at_a_time_are_the_jobs_read_whole(tmp_path: Path) -> None:
+    from cronctl.store.lazyjobs import JobLines
+
+    seeded_store(tmp_path, NAMES)
+    raw = Paths(tmp_path).store.read_bytes()
+    lines = JobLines.of(raw)
+    assert lines is not None
+    whole = Store(Paths(tmp_path)).read()["jobs"]
+    for chunk_bytes in (1, 100, 1 << 18):
+        assert dict(lines.entries(chunk_bytes)) == whole
+
+
+def test_a_job_over_several_lines_stops_the_chunked_read(tmp_path: Path) -> None:
+    from cronctl.store.lazyjobs import JobLines, NotStoreForm
+
+    seeded_store(tmp_path, NAMES)
+    raw = Paths(tmp_path).store.read_bytes().replace(b', "name": "job-005"', b',\n   "name": "job-005"')
+    lines = JobLines.of(raw)
+    assert lines is not None
+    with pytest.raises(NotStoreForm):
+        list(lines.entries(1))  # a chunk then ends inside job-005: it does not parse on its own

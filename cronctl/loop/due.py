@@ -3,39 +3,70 @@
 `DueIndex` keeps the engine's read of the store and re-reads it only when the file
 changed (one stat otherwise), so an idle tick parses nothing; our own writes
 invalidate it. The instants come from pure functions of the document.
+
+A loop reads the store's jobs one line at a time (`Store.scan_if_changed`): each job
+adds to the instants and to the count, and only the jobs the loop watches stay in memory
+(a claim, a failed last run, an outbox entry: what healing and the outbox look at). At
+10,000 jobs the parsed store was 24 MB of Python objects held for as long as it was
+current; now it is the few watched jobs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronctl.loop.heal import is_suspect
 from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
-from cronctl.store.jsonstore import Store, StoreSignature
+from cronctl.store.jsonstore import Store, StoreScan, StoreSignature
+from cronctl.store.lazyjobs import NotStoreForm
+from cronctl.store.outbox import PENDING
 from cronctl.timefmt import from_iso, to_iso
+
+Instants = tuple[datetime | None, datetime | None, int]
 
 
 class DueIndex:
-    """The store as last read, and the next instants it holds (computed when first asked:
-    a force-run without a loop reads the document but never asks when anything is due)."""
+    """The store as last read, the next instants it holds and how many jobs it has."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._signature: Any = None
         self._doc: dict[str, Any] | None = None
-        self._instants: tuple[datetime | None, datetime | None, int] | None = None
+        self._instants: Instants | None = None
+        self._job_count = 0
+        self._steady = False  # within steady(): looked at the store already
+        self._looked = False
+
+    @contextmanager
+    def steady(self) -> Iterator[None]:
+        """Within the block the store is looked at (one stat) once, however many steps of a
+        tick ask (healing, the outbox, claims); our own writes still invalidate at once."""
+        self._steady, self._looked = True, False
+        try:
+            yield
+        finally:
+            self._steady = False
 
     def refresh(self) -> None:
-        doc, signature = self.store.read_if_changed(self._signature)
-        if doc is None:
+        if self._steady and self._looked and self._signature is not None:
             return
-        self.seed(doc, signature)
+        self._looked = True
+        scan, signature = self.store.scan_if_changed(self._signature)
+        if scan is None:
+            return
+        self._doc, self._job_count, self._instants = _summarize(scan)
+        self._signature = signature
 
     def seed(self, doc: dict[str, Any], signature: StoreSignature) -> None:
-        """Take a read the caller already made (its signature says when it is out of date)."""
+        """Take a whole read the caller already made (its signature says when it is out of
+        date); its instants are computed when first asked (force-run never asks)."""
         self._signature = signature
         self._doc = doc
+        self._job_count = len(doc["jobs"])
         self._instants = None
 
     def invalidate(self) -> None:
@@ -44,10 +75,16 @@ class DueIndex:
 
     @property
     def doc(self) -> dict[str, Any]:
-        """Read-only: every change goes through the lease store, which reads afresh under its lock."""
+        """The store as last read, with (at least) every job the loop watches: a claim, a failed
+        last run, an outbox entry. Read-only: every change goes through the lease store, which
+        reads afresh under its lock."""
         self.refresh()
         assert self._doc is not None
         return self._doc
+
+    @property
+    def job_count(self) -> int:
+        return self._job_count
 
     @property
     def next_due(self) -> datetime | None:
@@ -64,52 +101,94 @@ class DueIndex:
         """Slots that fire with (or within a second of) next_ahead."""
         return self._computed()[2]
 
-    def _computed(self) -> tuple[datetime | None, datetime | None, int]:
+    def _computed(self) -> Instants:
         if self._instants is None:
             self._instants = next_instants(self._doc) if self._doc is not None else (None, None, 0)
         return self._instants
 
 
-def next_instants(doc: dict[str, Any]) -> tuple[datetime | None, datetime | None, int]:
-    """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
-    fire within a second of that one (whose children are to be spawned together).
+def watched(entry: dict[str, Any]) -> bool:
+    """Whether the loop keeps this job in memory between reads: healing or the outbox may need it."""
+    return is_suspect(entry) or PENDING in entry["state"]
 
-    One pass over the jobs (it runs on every change of the store, for every job): a job
-    whose next slot may be claimed ahead has that fire as its only candidate (no retry,
-    not paused, not done), so its state is read once, not twice. Most such jobs fire at
-    their slot itself (no jitter, no repeat): their slots are compared as the store's
-    fixed-width UTC text, which orders as the instants do, and only the earliest is parsed
-    (parsing every slot was most of a loop's start at 10,000 jobs).
-    """
-    earliest = chain_doc.earliest_chain_fire(doc)  # a chain's ready job or due retry
-    fires: list[datetime] = []
-    plain: list[str] = []  # canonical UTC text of slots that fire as they are
+
+def _summarize(scan: StoreScan) -> tuple[dict[str, Any], int, Instants]:
+    """The watched jobs (under the store's top-level keys), the job count and the instants."""
+    top, jobs = scan.one_by_one()
+    if not top.get("chains"):
+        try:
+            found = _Instants()
+            kept: dict[str, Any] = {}
+            count = 0
+            for name, entry in jobs:
+                count += 1
+                found.add(entry)
+                if watched(entry):
+                    kept[name] = entry
+            return {**top, "jobs": kept}, count, found.result(None)
+        except NotStoreForm:
+            pass  # a store written by hand: parsed whole below (which says what is wrong, if anything)
+    # Chains are decided over every job (a running node's claim), so such a store is read whole.
+    doc = scan.whole()
+    instants = next_instants(doc)
+    kept = {name: entry for name, entry in doc["jobs"].items() if watched(entry)}
+    return {**doc, "jobs": kept}, len(doc["jobs"]), instants
+
+
+def next_instants(doc: dict[str, Any]) -> Instants:
+    """earliest_fire(doc), the earliest slot that may be claimed ahead, and how many slots
+    fire within a second of that one (whose children are to be spawned together)."""
+    found = _Instants()
     for entry in doc["jobs"].values():
+        found.add(entry)
+    return found.result(chain_doc.earliest_chain_fire(doc))  # a chain's ready job or due retry
+
+
+class _Instants:
+    """next_instants, one job at a time.
+
+    A job whose next slot may be claimed ahead has that fire as its only candidate (no
+    retry, not paused, not done), so its state is read once, not twice. Most such jobs
+    fire at their slot itself (no jitter, no repeat): their slots are compared as the
+    store's fixed-width UTC text, which orders as the instants do, and only the earliest
+    is parsed (parsing every slot was most of a loop's start at 10,000 jobs).
+    """
+
+    def __init__(self) -> None:
+        self.earliest: datetime | None = None
+        self.fires: list[datetime] = []
+        self.plain: list[str] = []  # canonical UTC text of slots that fire as they are
+
+    def add(self, entry: dict[str, Any]) -> None:
         text = _plain_ahead_slot(entry)
         if text is not None:
-            plain.append(text)
-            continue
+            self.plain.append(text)
+            return
         when = claims_mod.ahead_fire(entry)
         if when is not None:
-            fires.append(when)
-            if earliest is None or when < earliest:
-                earliest = when
-            continue
+            self.fires.append(when)
+            self._consider(when)
+            return
         if entry["state"].get("paused") or entry.get("paused"):
-            continue
-        candidate = claims_mod.wake_at(entry)
-        if candidate is not None and (earliest is None or candidate < earliest):
-            earliest = candidate
-    first_plain = from_iso(min(plain)) if plain else None
-    if first_plain is not None and (earliest is None or first_plain < earliest):
-        earliest = first_plain
-    if not fires and first_plain is None:
-        return earliest, None, 0
-    ahead = min(fires + ([first_plain] if first_plain is not None else []))
-    last = ahead + timedelta(seconds=1)
-    last_text = _text_at_or_after(last)
-    together = sum(1 for when in fires if when <= last) + sum(1 for text in plain if text <= last_text)
-    return earliest, ahead, together
+            return
+        self._consider(claims_mod.wake_at(entry))
+
+    def _consider(self, when: datetime | None) -> None:
+        if when is not None and (self.earliest is None or when < self.earliest):
+            self.earliest = when
+
+    def result(self, chain_fire: datetime | None) -> Instants:
+        self._consider(chain_fire)
+        first_plain = from_iso(min(self.plain)) if self.plain else None
+        self._consider(first_plain)
+        fires = self.fires + ([first_plain] if first_plain is not None else [])
+        if not fires:
+            return self.earliest, None, 0
+        ahead = min(fires)
+        last = ahead + timedelta(seconds=1)
+        last_text = _text_at_or_after(last)
+        together = sum(1 for when in self.fires if when <= last) + sum(1 for text in self.plain if text <= last_text)
+        return self.earliest, ahead, together
 
 
 def _plain_ahead_slot(entry: dict[str, Any]) -> str | None:

@@ -57,6 +57,9 @@ class DueSource(Protocol):
     @property
     def ahead_count(self) -> int: ...
 
+    @property
+    def job_count(self) -> int: ...
+
     def refresh(self) -> None: ...
 
     def invalidate(self) -> None: ...
@@ -182,7 +185,8 @@ class Engine:
 
     @property
     def doc(self) -> dict[str, Any]:
-        """The store as last read (see DueIndex); shared with the healer, so an idle tick parses nothing."""
+        """The store as last read, with every job the loop watches (see DueIndex); shared with the
+        healer, so an idle tick parses nothing."""
         return self.due.doc
 
     def sleep_hint(self) -> float:

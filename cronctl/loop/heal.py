@@ -99,8 +99,12 @@ def _grace(claim: dict[str, Any]) -> float:
 
 def suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Only jobs with a claim or a failed last run can need healing; the rest cost one dict lookup."""
-    return [(name, entry) for name, entry in doc["jobs"].items()
-            if entry["state"].get("claims") or entry["state"].get("last_status") in FAILED_STATUSES]
+    return [(name, entry) for name, entry in doc["jobs"].items() if is_suspect(entry)]
+
+
+def is_suspect(entry: dict[str, Any]) -> bool:
+    state = entry["state"]
+    return bool(state.get("claims")) or state.get("last_status") in FAILED_STATUSES
 
 
 def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: str, now: datetime,

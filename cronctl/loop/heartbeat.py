@@ -46,6 +46,9 @@ TICK_RECORD_SIZE = 1024
 _TICK_ERROR_MAX = 300
 
 
+_encode_record = json.JSONEncoder(sort_keys=True).encode  # built once: json.dumps builds one per call
+
+
 def tick_path(paths: Paths) -> Path:
     return paths.home / "heartbeat.tick"
 
@@ -135,12 +138,12 @@ class HeartbeatWriter:
         return problem
 
     def _overwrite_tick(self, error: str | None, ticks: int, active_runs: int) -> None:
-        record = json.dumps({
+        record = _encode_record({
             "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
             "boot_id": self.boot, "mono": self.clock.monotonic(), "at": to_iso(self.clock.now()),
             "ticks": ticks, "active_runs": active_runs,
             "error": None if error is None else error[:_TICK_ERROR_MAX],
-        }, sort_keys=True).encode()
+        }).encode()
         data = record.ljust(TICK_RECORD_SIZE - 1) + b"\n"
         if self._tick_fd is not None:
             os.pwrite(self._tick_fd, data, 0)

@@ -409,10 +409,12 @@ class Scheduler:
             return 1.0
         if self.cluster is not None:
             return self._cluster_tick(self.cluster)
-        if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
-            self._heal()
-        control.serve(self.ctx.paths, self.engine)
-        report = self.engine.tick()
+        assert isinstance(self.engine.due, DueIndex)
+        with self.engine.due.steady():  # one look at the store for the whole tick
+            if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
+                self._heal()
+            control.serve(self.ctx.paths, self.engine)
+            report = self.engine.tick()
         return report.sleep_hint
 
     def _cluster_tick(self, cluster: ClusterMember) -> float:
@@ -518,10 +520,7 @@ class Scheduler:
 
     def service_status(self) -> str:
         """The one STATUS= line: jobs, running, and when the last tick completed."""
-        if self.cluster is not None:
-            jobs = self.cluster.due.job_count
-        else:
-            jobs = len(self.engine.doc.get("jobs") or {}) if self.engine else 0
+        jobs = self.engine.due.job_count if self.engine else 0
         running = len(self.engine.active) if self.engine else 0
         clock, gen = self.ctx.clock, self.generation
         ago = clock.monotonic() - gen.last_beat if gen is not None else 0.0

@@ -19,6 +19,8 @@ import msgspec
 
 Document = dict[str, Any]
 
+CURRENT_VERSION = 1  # of the document's layout ("version"); jsonstore.migrate upgrades older ones
+
 
 def serialize(doc: Document) -> bytes:
     """The one byte form of a document on disk: stable key order, so equal documents give equal bytes.

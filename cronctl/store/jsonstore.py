@@ -34,15 +34,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cronctl.errors import LockTimeoutError, StoreCorruptError, StoreError, StoreWriteError
 from cronctl.paths import Paths
-from cronctl.store.codec import Document, encode_parts, parse, same_bytes, serialize
-from cronctl.store.lazyjobs import LazyJobs, open_lazily
+from cronctl.store.codec import CURRENT_VERSION, Document, encode_parts, parse, same_bytes, serialize
+from cronctl.store.lazyjobs import LazyJobs, open_lazily, stream
 from cronctl.store.locks import describe_lock_holder
 from cronctl.store.statefiles import fsync_directory as _fsync_directory
-
-CURRENT_VERSION = 1
 
 WRITE_STEPS = ("open", "write", "fsync", "backup", "rename", "dirfsync")
 CRASH_ENV = "CRONCTL_FAULT_STORE_CRASH"
@@ -165,6 +164,29 @@ class StoreSignature:
 MISSING_STORE = StoreSignature(0, 0, -1)
 
 
+@dataclass(frozen=True)
+class StoreScan:
+    """One read of the store, for a reader that takes its jobs one at a time."""
+
+    store: Store
+    raw: bytes | None
+
+    def one_by_one(self) -> tuple[Document, Iterator[tuple[str, Any]]]:
+        """The top-level keys (with no jobs) and the jobs, each parsed as it is taken.
+
+        The iterator raises NotStoreForm at a line not in serialize()'s form (a store
+        written by hand): the reader then starts again with `whole`."""
+        streamed = stream(self.raw) if self.raw is not None else None
+        if streamed is not None:
+            return migrate(streamed[0], self.store._paths.store), streamed[1]
+        doc = self.whole()
+        return {**doc, "jobs": {}}, iter(doc["jobs"].items())
+
+    def whole(self) -> Document:
+        """The document parsed whole, as `Store.read` gives it (and refuses it)."""
+        return self.store._decode(self.raw)
+
+
 class Store:
     def __init__(
         self,
@@ -207,6 +229,20 @@ class Store:
             return None, signature
         raw, signature = self._read_raw()
         return self._decode(raw), signature
+
+    def scan_if_changed(self, since: StoreSignature | None) -> tuple[StoreScan | None, StoreSignature]:
+        """(None, sig) when the store is as it was at ``since``; else its bytes, to be read one
+        job at a time (`StoreScan`): a long-running reader need not hold every job at once."""
+        try:
+            if StoreSignature.of(os.stat(self._paths.store)) == since:
+                return None, since
+        except FileNotFoundError:
+            if since == MISSING_STORE:
+                return None, since
+        except OSError as exc:
+            raise self._read_error(exc) from exc
+        raw, signature = self._read_raw()
+        return StoreScan(self, raw), signature
 
     def _read_raw(self) -> tuple[bytes | None, StoreSignature]:
         # fstat and read through one descriptor, so the signature describes exactly

@@ -23,11 +23,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from cronctl.store.codec import Document, dumps, parse
+from cronctl.store.codec import CURRENT_VERSION, Document, dumps, parse
 
 _JOBS_OPEN = b'\n "jobs": {\n'
 _JOBS_CLOSE = b"\n }"
 _FIRST_KEY_OF_A_CHAIN_JOB = b'{"after": ['  # "after" sorts first among a spec's keys
+
+
+class NotStoreForm(ValueError):
+    """The jobs section is not in serialize()'s form (the byte offset where a part of it failed to parse)."""
 
 
 class JobLines:
@@ -76,6 +80,25 @@ class JobLines:
     def everything(self) -> dict[str, Any]:
         jobs: dict[str, Any] = parse(b"{" + self.raw[self.start:self.end] + b"}")
         return jobs
+
+    def entries(self, chunk_bytes: int = 1 << 18) -> Iterator[tuple[str, Any]]:
+        """Every job, parsed a chunk of lines at a time (the memory of a few hundred jobs,
+        not of them all; each chunk is one C-level parse).
+
+        Raises NotStoreForm where a chunk does not parse on its own (a store written by
+        hand, with a job over several lines): then the caller parses the document whole,
+        which also says what is wrong with it, if anything.
+        """
+        raw, at, end = self.raw, self.start, self.end
+        while at < end:
+            cut = raw.find(b",\n", min(at + chunk_bytes, end), end)  # the end of a line past the chunk
+            stop = end if cut == -1 else cut
+            try:
+                jobs = parse(b"{" + raw[at:stop] + b"}")
+            except ValueError:
+                raise NotStoreForm(at) from None
+            yield from jobs.items()
+            at = end if cut == -1 else cut + 2
 
     def chain_free(self) -> bool:
         """Whether no job runs after another (then a finish never starts a chain)."""
@@ -251,3 +274,18 @@ def open_lazily(raw: bytes) -> tuple[Document, LazyJobs] | None:
     jobs = LazyJobs(lines)
     doc["jobs"] = jobs
     return doc, jobs
+
+
+def stream(raw: bytes) -> tuple[Document, Iterator[tuple[str, Any]]] | None:
+    """The top-level keys of raw (with an empty jobs object), and its jobs one at a time;
+    None when raw is not a current document with a job line (parse it whole then)."""
+    lines = JobLines.of(raw)
+    if lines is None:
+        return None
+    try:
+        top = parse(lines.rest())
+    except ValueError:
+        return None
+    if not isinstance(top, dict) or top.get("version") != CURRENT_VERSION:
+        return None
+    return top, lines.entries()

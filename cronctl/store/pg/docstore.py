@@ -40,8 +40,8 @@ from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.paths import Paths
 from cronctl.store.claims import wake_at
-from cronctl.store.codec import Document
-from cronctl.store.jsonstore import CURRENT_VERSION, Store
+from cronctl.store.codec import CURRENT_VERSION, Document
+from cronctl.store.jsonstore import Store
 from cronctl.store.pg.audit import dumps
 from cronctl.store.pg.connect import Connection, StoreUrl
 from cronctl.store.pg.document import (
