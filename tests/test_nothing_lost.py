@@ -184,7 +184,8 @@ def test_run_f_prunes_a_job_removed_or_renamed_in_the_watched_file(home: Path, t
         loophelp.wait_until(lambda: "new-name" in loophelp.store(home)["jobs"], 20)
         assert sorted(loophelp.store(home)["jobs"]) == ["by-hand", "keep", "new-name"], \
             "the file's dropped jobs are gone; a job the file never defined stays"
-        removed = loophelp.audit_rows(home, "job.removed")
+        # The audit rows follow the store's commit (a few milliseconds later): wait for them too.
+        removed = loophelp.wait_until(lambda: len(rows := loophelp.audit_rows(home, "job.removed")) >= 2 and rows, 20)
         assert sorted((r["job"], r["by"], r["source"]) for r in removed) == [
             ("dropped", "run -f", str(jobs)), ("old-name", "run -f", str(jobs))]
     finally:
