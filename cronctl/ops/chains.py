@@ -28,6 +28,10 @@ class ChainGraph:
 
 def chain_graph(ctx: Context, name: str) -> ChainGraph | None:
     """None for a job outside any chain."""
+    if ctx.on_postgres or ctx.store.chain_free():
+        # No chain at all (PostgreSQL refuses them): spared building every job's view, a
+        # tenth of a second at 10,000 jobs. `show` has found the job itself already.
+        return None
     # Through the lease store's views: the same on the JSON store and on PostgreSQL.
     views = {view.spec.name: view for view in ctx.leases.jobs()}
     specs = {job: view.spec for job, view in views.items()}

@@ -39,7 +39,7 @@ from typing import Any
 from cronctl.errors import LockTimeoutError, StoreCorruptError, StoreError, StoreWriteError
 from cronctl.paths import Paths
 from cronctl.store.codec import CURRENT_VERSION, Document, encode_parts, parse, same_bytes, serialize
-from cronctl.store.lazyjobs import LazyJobs, open_lazily, stream
+from cronctl.store.lazyjobs import JobLines, LazyJobs, open_lazily, stream
 from cronctl.store.locks import describe_lock_holder
 from cronctl.store.statefiles import fsync_directory as _fsync_directory
 
@@ -229,6 +229,15 @@ class Store:
             return None, signature
         raw, signature = self._read_raw()
         return self._decode(raw), signature
+
+    def chain_free(self) -> bool:
+        """Whether no job runs after another: found in the bytes, without parsing them, when
+        the document is in serialize()'s form (`show` asks it of every job it shows)."""
+        raw, _ = self._read_raw()
+        lines = JobLines.of(raw) if raw is not None else None
+        if lines is not None:
+            return lines.chain_free()
+        return not any(entry.get("after") for entry in self._decode(raw)["jobs"].values())
 
     def scan_if_changed(self, since: StoreSignature | None) -> tuple[StoreScan | None, StoreSignature]:
         """(None, sig) when the store is as it was at ``since``; else its bytes, to be read one

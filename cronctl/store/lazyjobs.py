@@ -27,7 +27,8 @@ from cronctl.store.codec import CURRENT_VERSION, Document, dumps, parse
 
 _JOBS_OPEN = b'\n "jobs": {\n'
 _JOBS_CLOSE = b"\n }"
-_FIRST_KEY_OF_A_CHAIN_JOB = b'{"after": ['  # "after" sorts first among a spec's keys
+# A chain job's key (an empty `after` is never written); inside a string its quotes would be escaped.
+_CHAIN_KEY = b'"after": ['
 
 
 class NotStoreForm(ValueError):
@@ -102,7 +103,7 @@ class JobLines:
 
     def chain_free(self) -> bool:
         """Whether no job runs after another (then a finish never starts a chain)."""
-        return self.raw.find(_FIRST_KEY_OF_A_CHAIN_JOB, self.start, self.end) == -1
+        return self.raw.find(_CHAIN_KEY, self.start, self.end) == -1
 
 
 class LazyJobs(dict[str, Any]):
