@@ -194,3 +194,16 @@ def test_a_job_over_several_lines_stops_the_chunked_read(tmp_path: Path) -> None
     assert lines is not None
     with pytest.raises(NotStoreForm):
         list(lines.entries(1))  # a chunk then ends inside job-005: it does not parse on its own
+
+
+def test_whether_any_job_runs_after_another_is_read_from_the_bytes_or_else_parsed(tmp_path: Path) -> None:
+    import json
+
+    store = seeded_store(tmp_path, ["up", "solo"])
+    assert store.chain_free()
+    with store.transaction() as doc:
+        doc["jobs"]["down"] = job("down", after=["up"])
+    assert not store.chain_free()
+    path = Paths(tmp_path).store
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=4))  # by hand: not one job per line
+    assert not store.chain_free()
