@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cronctl.proc import identity as procs
 from cronctl.paths import Paths, open_home
@@ -136,3 +141,21 @@ def test_gates_opened_later_wait_for_their_instant_and_a_cancelled_one_never_run
     assert float(results.by_id["go"].output_tail) >= asked + 0.3 - 0.005
     assert (results.by_id["stay"].status, results.by_id["stay"].reason) == ("not_started", "gate_cancelled")
     assert not (tmp_path / "ran").exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                    max_leaves=20))
+def test_json_on_a_terminal_is_json_dumps_with_an_indent_byte_for_byte(data: Any) -> None:
+    from cronctl.cli import render
+
+    out = _Terminal()
+    with contextlib.redirect_stdout(out):
+        render.print_json(data)
+    assert out.getvalue() == json.dumps(data, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n"
