@@ -1,7 +1,7 @@
-"""Job lines parsed on first use: one-job transactions that cost one job, not the store.
+"""The store's jobs by the line: one-job transactions that cost one job, and reads a chunk at a time.
 
-Finishing a run, renewing a lease or pausing a job changes one job of a store that may
-hold 50,000. Parsing and serializing the whole document for it costs about 0.2 s at
+Finishing a run, renewing a lease or claiming a forced run changes one job of a store
+that may hold 50,000. Parsing and serializing the whole document for it costs about 0.2 s at
 10,000 jobs. The store's byte form has one job per line (``codec.serialize``), so such a
 transaction can parse the top-level keys (small), find the line of each job it touches,
 parse just those, and write back the same bytes with only the changed lines replaced.
@@ -16,6 +16,11 @@ walk it is still right, only as slow as a whole-document transaction. Python 3.1
 Only bytes this process wrote itself are opened this way (``Store`` checks the file's
 signature), so every line is known to be one whole job in the canonical form, and a
 store edited by hand or damaged is always parsed, and refused, whole.
+
+`stream` serves a long-running reader (the loop's due index): the top-level keys, then
+the jobs a chunk of lines at a time, each chunk parsed on its own. Any chunk that does
+not parse alone (a store written by hand) sends the reader back to a whole parse, so
+this needs no trust in who wrote the bytes.
 """
 
 from __future__ import annotations
