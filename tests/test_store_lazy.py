@@ -207,3 +207,22 @@ def test_whether_any_job_runs_after_another_is_read_from_the_bytes_or_else_parse
     path = Paths(tmp_path).store
     path.write_text(json.dumps(json.loads(path.read_text()), indent=4))  # by hand: not one job per line
     assert not store.chain_free()
+
+
+def test_many_lookups_go_through_an_index_of_the_lines_and_agree_with_a_whole_transaction(tmp_path: Path) -> None:
+    names = [f"job-{index:04d}" for index in range(300)]
+
+    def body(doc: dict[str, Any]) -> None:
+        for name in names[::7] + ["absent", names[-1], names[0]]:
+            entry = doc["jobs"].get(name)
+            if entry is not None:
+                entry["state"]["runs"] += 1
+        assert "job-0001" in doc["jobs"] and "job-x" not in doc["jobs"]
+
+    whole, lazy = both_ways(tmp_path, names, body)
+    assert lazy == whole
+    store = seeded_store(tmp_path / "index", names)
+    with store.transaction(lazy_jobs=True) as doc:
+        for name in names[:5]:
+            doc["jobs"][name]["state"]["runs"] = 1
+        assert doc["jobs"]._lines._index, "the fourth lookup built the index"

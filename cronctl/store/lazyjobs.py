@@ -26,7 +26,7 @@ this needs no trust in who wrote the bytes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from cronctl.store.codec import CURRENT_VERSION, Document, dumps, parse
 
@@ -34,6 +34,7 @@ _JOBS_OPEN = b'\n "jobs": {\n'
 _JOBS_CLOSE = b"\n }"
 # A chain job's key (an empty `after` is never written); inside a string its quotes would be escaped.
 _CHAIN_KEY = b'"after": ['
+_SEARCHES_BEFORE_INDEX = 3
 
 
 class NotStoreForm(ValueError):
@@ -48,6 +49,8 @@ class JobLines:
         self._opens_at = opens_at  # the newline before ' "jobs": {'
         self.start = start  # the first job line
         self.end = end  # the newline that ends the last job line
+        self._lookups = 0
+        self._index: dict[bytes, int] | Literal[False] | None = None  # None: not built yet
 
     @classmethod
     def of(cls, raw: bytes) -> JobLines | None:
@@ -67,18 +70,45 @@ class JobLines:
         return self.raw[: self._opens_at + 1] + b' "jobs": {}' + self.raw[self.end + len(_JOBS_CLOSE):]
 
     def find(self, name: str) -> tuple[int, int] | None:
-        """The span of the value on the job's line, or None when the document has no such job."""
-        prefix = b"  " + dumps(name) + b": "
-        if self.raw.startswith(prefix, self.start):
-            at = self.start
+        """The span of the value on the job's line, or None when the document has no such job.
+
+        The first few jobs are searched for in the bytes; from the fourth on, an index of
+        every line's key is built once (a search is a scan of the whole section: 2 ms at
+        10,000 jobs, and a batch of ends or renewals looks up hundreds)."""
+        key = dumps(name)
+        self._lookups += 1
+        if self._index is None and self._lookups > _SEARCHES_BEFORE_INDEX:
+            self._index = self._key_index()
+        if self._index:
+            at = self._index.get(key, -1)
         else:
-            at = self.raw.find(b"\n" + prefix, self.start, self.end)
-            if at == -1:
-                return None
-            at += 1
+            at = self._search(b"  " + key + b": ")
+        if at == -1:
+            return None
         line_end = self.raw.find(b"\n", at, self.end + 1)
         value_end = line_end - 1 if self.raw[line_end - 1] == ord(",") else line_end
-        return at + len(prefix), value_end
+        return at + len(key) + 4, value_end  # past '  "name": '
+
+    def _search(self, prefix: bytes) -> int:
+        if self.raw.startswith(prefix, self.start):
+            return self.start
+        at = self.raw.find(b"\n" + prefix, self.start, self.end)
+        return -1 if at == -1 else at + 1
+
+    def _key_index(self) -> dict[bytes, int] | Literal[False]:
+        """Each line's key (as written, quotes included) to where its line starts; False when a
+        key holds an escape (it could hide a '": '): then every job is searched for."""
+        raw, at, end = self.raw, self.start, self.end
+        index: dict[bytes, int] = {}
+        while at < end:
+            close = raw.find(b'": ', at + 3)
+            key = raw[at + 2:close + 1]
+            if close == -1 or b"\\" in key:
+                return False
+            index[key] = at
+            line_end = raw.find(b"\n", close, end)
+            at = end if line_end == -1 else line_end + 1
+        return index
 
     def value(self, span: tuple[int, int]) -> Any:
         return parse(self.raw[span[0]:span[1]])
