@@ -117,22 +117,25 @@ def _summarize(scan: StoreScan) -> tuple[dict[str, Any], int, Instants]:
     top, jobs = scan.one_by_one()
     if not top.get("chains"):
         try:
-            found = _Instants()
-            kept: dict[str, Any] = {}
-            count = 0
-            for name, entry in jobs:
-                count += 1
-                found.add(entry)
-                if watched(entry):
-                    kept[name] = entry
-            return {**top, "jobs": kept}, count, found.result(None)
+            return _fold(top, jobs, None)
         except NotStoreForm:
             pass  # a store written by hand: parsed whole below (which says what is wrong, if anything)
     # Chains are decided over every job (a running node's claim), so such a store is read whole.
     doc = scan.whole()
-    instants = next_instants(doc)
-    kept = {name: entry for name, entry in doc["jobs"].items() if watched(entry)}
-    return {**doc, "jobs": kept}, len(doc["jobs"]), instants
+    return _fold(doc, iter(doc["jobs"].items()), chain_doc.earliest_chain_fire(doc))
+
+
+def _fold(top: dict[str, Any], jobs: Iterator[tuple[str, Any]],
+          chain_fire: datetime | None) -> tuple[dict[str, Any], int, Instants]:
+    found = _Instants()
+    kept: dict[str, Any] = {}
+    count = 0
+    for name, entry in jobs:
+        count += 1
+        found.add(entry)
+        if watched(entry):
+            kept[name] = entry
+    return {**top, "jobs": kept}, count, found.result(chain_fire)
 
 
 def next_instants(doc: dict[str, Any]) -> Instants:

@@ -110,7 +110,7 @@ class HeartbeatWriter:
         due = self.clock.monotonic() - self._said_at >= HEARTBEAT_FILE_EVERY
         if self._problem is not None or said != self._said or due:
             return self.write(generation=generation, ticks=ticks, active_runs=active_runs, stopped_cleanly=False)
-        return self._tick(self._problem, ticks, active_runs)
+        return self._tick(ticks, active_runs)
 
     def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
         """Write scheduler.json whole, then the tick record; returns what failed, if anything."""
@@ -127,9 +127,11 @@ class HeartbeatWriter:
             self._said, self._said_at = (generation, active_runs), now_mono
         except OSError as exc:
             self._problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
-        return self._tick(self._problem, ticks, active_runs)
+        return self._tick(ticks, active_runs)
 
-    def _tick(self, problem: str | None, ticks: int, active_runs: int) -> str | None:
+    def _tick(self, ticks: int, active_runs: int) -> str | None:
+        """The tick record, with scheduler.json's last error; returns what failed, if anything."""
+        problem = self._problem
         try:
             self._overwrite_tick(problem, ticks, active_runs)
         except OSError as exc:

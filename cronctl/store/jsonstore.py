@@ -219,20 +219,12 @@ class Store:
 
     def read_if_changed(self, since: StoreSignature | None) -> tuple[Document | None, StoreSignature]:
         """(None, sig) when the store is as it was at ``since``; costs one stat then."""
-        try:
-            signature = StoreSignature.of(os.stat(self._paths.store))
-        except FileNotFoundError:
-            signature = MISSING_STORE
-        except OSError as exc:
-            raise self._read_error(exc) from exc
-        if signature == since:
-            return None, signature
-        raw, signature = self._read_raw()
-        return self._decode(raw), signature
+        scan, signature = self.scan_if_changed(since)
+        return (None if scan is None else scan.whole()), signature
 
     def chain_free(self) -> bool:
         """Whether no job runs after another: found in the bytes, without parsing them, when
-        the document is in serialize()'s form (`show` asks it of every job it shows)."""
+        the document is in serialize()'s form (`show` asks before drawing a chain graph)."""
         raw, _ = self._read_raw()
         lines = JobLines.of(raw) if raw is not None else None
         if lines is not None:
@@ -353,7 +345,7 @@ class Store:
         """
         if lazy_jobs and raw is not None and signature == self._written:
             opened = open_lazily(raw)
-            if opened is not None and opened[0].get("version") == CURRENT_VERSION:
+            if opened is not None:
                 return migrate(opened[0], self._paths.store), opened[1]
         self._written = None
         return self._decode(raw), None

@@ -113,10 +113,6 @@ class JobLines:
     def value(self, span: tuple[int, int]) -> Any:
         return parse(self.raw[span[0]:span[1]])
 
-    def everything(self) -> dict[str, Any]:
-        jobs: dict[str, Any] = parse(b"{" + self.raw[self.start:self.end] + b"}")
-        return jobs
-
     def entries(self, chunk_bytes: int = 1 << 18) -> Iterator[tuple[str, Any]]:
         """Every job, parsed a chunk of lines at a time (the memory of a few hundred jobs,
         not of them all; each chunk is one C-level parse).
@@ -172,7 +168,7 @@ class LazyJobs(dict[str, Any]):
     def load_all(self) -> None:
         if self._whole:
             return
-        for name, value in self._lines.everything().items():
+        for name, value in self._lines.entries():
             if name not in self._looked:  # a job the body looked up may have changed or gone
                 dict.__setitem__(self, name, value)
         self._whole = True
@@ -302,11 +298,12 @@ class LazyJobs(dict[str, Any]):
 
 
 def open_lazily(raw: bytes) -> tuple[Document, LazyJobs] | None:
-    """The document of raw with its jobs as a `LazyJobs`; None when raw has no job line."""
-    lines = JobLines.of(raw)
-    if lines is None:
+    """The document of raw with its jobs as a `LazyJobs`; None when raw is not a current
+    document with a job line."""
+    opened = _opened(raw)
+    if opened is None:
         return None
-    doc: Document = parse(lines.rest())
+    lines, doc = opened
     jobs = LazyJobs(lines)
     doc["jobs"] = jobs
     return doc, jobs
@@ -315,6 +312,13 @@ def open_lazily(raw: bytes) -> tuple[Document, LazyJobs] | None:
 def stream(raw: bytes) -> tuple[Document, Iterator[tuple[str, Any]]] | None:
     """The top-level keys of raw (with an empty jobs object), and its jobs one at a time;
     None when raw is not a current document with a job line (parse it whole then)."""
+    opened = _opened(raw)
+    return None if opened is None else (opened[1], opened[0].entries())
+
+
+def _opened(raw: bytes) -> tuple[JobLines, Document] | None:
+    """The job lines of raw and its other top-level keys, parsed; None when raw is not a
+    current document in serialize()'s layout with a job line."""
     lines = JobLines.of(raw)
     if lines is None:
         return None
@@ -324,4 +328,4 @@ def stream(raw: bytes) -> tuple[Document, Iterator[tuple[str, Any]]] | None:
         return None
     if not isinstance(top, dict) or top.get("version") != CURRENT_VERSION:
         return None
-    return top, lines.entries()
+    return lines, top
