@@ -305,3 +305,18 @@ def test_job_views_show_each_job_with_its_state_and_the_counters(lease_store: Ba
     assert lease_store.leases.counters() == {"owner_dead": 1}
     with pytest.raises(JobNotFoundError, match="no job named 'nope'"):
         lease_store.leases.job("nope")
+
+
+def test_a_forced_spawn_failure_is_recorded_every_time_and_blocks_nothing(lease_store: Backend) -> None:
+    """Whoever forced the run (perhaps with --wait) learns from its record that nothing ran."""
+    lease_store.define("tick", every="1h")
+    for second in (10, 20):
+        [new] = lease_store.leases.claim_force("tick", at(second), OWNER_A, lease(at(second))).claims
+        outcome = Outcome(RunStatus.NOT_STARTED, "spawn_failed", output_tail="E2BIG")
+        row = Refused(new.job, new.run_id, outcome, _spawn_failed(new), always_record=True)
+        lease_store.leases.release_refused(OWNER_A, [row], at(second))
+    assert lease_store.leases.claims_of("tick") == []
+    assert [(r["status"], r["reason"]) for r in lease_store.leases.history("tick")] == \
+        [("not_started", "spawn_failed")] * 2
+    assert len(lease_store.events(AuditEvent.RUN_SPAWN_FAILED)) == 2
+    assert not lease_store.leases.job("tick").state.get("blocked")

@@ -34,6 +34,7 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
     RunClaim,
     RunEnd,
     Unhold,
+    _blocked_again,
     _changed_since_claim,
     adopt_claims,
     rearm_wedged,
@@ -151,12 +152,15 @@ class PgLeaseStore:
         with self._jobs([item.job for item in refused]) as tx:
             for item in refused:
                 state = tx.doc["jobs"].get(item.job, {}).get("state", {})
-                if item.outcome is None or state.get("blocked") == item.outcome.output_tail:
+                if item.outcome is None or _blocked_again(item, item.outcome, state):
                     claims_mod.release(tx.doc, item.job, item.run_id)
                     tx.events.append(item.event)
                     continue
                 done = claims_mod.finish(tx.doc, item.job, item.run_id, owner, item.outcome, self._now(tx, now))
-                state["blocked"] = item.outcome.output_tail
+                if item.always_record:  # a forced run: its asker learns from the record that nothing ran
+                    tx.events.append(item.event)
+                else:
+                    state["blocked"] = item.outcome.output_tail
                 tx.events.extend(done.events)
                 tx.keep_record(done.record)
 
