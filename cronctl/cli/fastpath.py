@@ -61,6 +61,8 @@ _JOB_OPTIONS = {
     "--retry-delay": Opt("retry_delay", TEXT), "--repeat": Opt("repeat", INT), "--jitter": Opt("jitter", TEXT),
     "--grace": Opt("grace", TEXT), "--on-failure": Opt("on_failure", TEXT), "--paused": Opt("paused", FLAG),
     "--not-paused": Opt("paused", OFF), "--after": Opt("after", TEXTS), "--requires": Opt("requires", TEXT),
+    "--user": Opt("user", TEXT), "--env-file": Opt("env_file", TEXT), "--limit": Opt("limits", TEXTS),
+    "--keep-runs": Opt("keep_runs", INT), "--keep-log": Opt("keep_log", TEXT),
     **_JSON,
 }
 

@@ -11,9 +11,12 @@ import os
 from dataclasses import dataclass, field
 
 from cronctl.models import RunStatus
+from cronctl.proc.become import MARKER as SETUP_MARKER
+from cronctl.proc.become import SETUP_FAILED
 from cronctl.proc.fds import close_all
 from cronctl.proc.gate import GATE_CWD_FAILED, Gate
 from cronctl.proc.identity import ProcIdentity
+from cronctl.proc.limits import limit_reason
 from cronctl.proc.output import OutputCapture
 from cronctl.proc.spawn import GatedChild, RunRequest
 from cronctl.proc.termination import StopState
@@ -112,6 +115,15 @@ class TrackedRun:
 
     def verdict(self) -> tuple[RunStatus, str | None, int | None, int | None]:
         """(status, reason, exit code, signal) of the run as a whole."""
+        ended = self.exit
+        if ended.exit_code == SETUP_FAILED and SETUP_MARKER in self.output.tail_text():
+            return RunStatus.NOT_STARTED, "blocked_config", None, None  # proc/become.py: nothing of it ran
+        status, reason, code, sig = self._plain_verdict()
+        if status is RunStatus.ERROR and self.req.setup is not None and self.req.setup.limits:
+            reason = limit_reason(self.req.setup.limits, sig, code, self.output.tail_text()) or reason
+        return status, reason, code, sig
+
+    def _plain_verdict(self) -> tuple[RunStatus, str | None, int | None, int | None]:
         ended = self.exit
         if self.gate.state != "open":
             # The gate shell's own exit code says nothing about the command.
