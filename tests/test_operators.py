@@ -187,3 +187,36 @@ def test_nofile_and_nice_limits_are_what_the_job_sees(home: Path, tmp_path: Path
                            "    command: 'ulimit -n; nice'\n")
     assert _cronctl(home, "force-run", "small", "--wait").returncode == 0
     assert _cronctl(home, "logs", "small").stdout.split()[:2] == ["16", "7"]
+
+
+# --- retention ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_keep_runs_and_keep_log_are_the_jobs_own(home: Path, tmp_path: Path) -> None:
+    _apply(home, tmp_path, "  - name: kept\n    every: 1h\n    keep_runs: 3\n    keep_log: 2KiB\n"
+                           "    command: 'head -c 10000 /dev/zero | tr \"\\\\0\" x'\n")
+    for _ in range(5):
+        assert _cronctl(home, "force-run", "kept", "--wait").returncode == 0
+    logs = sorted((home / "runs" / "kept").glob("*.log"))
+    assert len(logs) == 3
+    assert all(2048 <= log.stat().st_size < 2048 + 200 for log in logs)  # the cap and its one-line note
+    assert "capped at 2048 bytes" in logs[-1].read_text()
+    runs = json.loads(_cronctl(home, "history", "kept", "--json").stdout)["runs"]
+    assert len(runs) == 5  # the history outlives the logs
+
+
+def test_history_keeps_at_least_as_many_records_as_a_job_keeps_logs(tmp_path: Path) -> None:
+    from cronctl.paths import Paths
+    from cronctl.store import history
+
+    paths = Paths(tmp_path)
+    padding = "x" * 4000  # about a tail's worth per record: the byte bound is passed quickly
+    for number in range(400):
+        history.append_record(paths, {"job": "big", "run_id": f"r{number:04d}", "ended_at": f"{number:04d}",
+                                      "output_tail": padding}, keep_runs=300)
+    assert len(history.read_records(paths, "big")) >= 300
+    for number in range(400):
+        history.append_record(paths, {"job": "small", "run_id": f"r{number:04d}", "ended_at": f"{number:04d}",
+                                      "output_tail": padding})
+    assert len(history.read_records(paths, "small")) < 300

@@ -7,12 +7,15 @@ thread only). The verdict reads them all once, at the end.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cronctl.models import RunStatus
 from cronctl.proc.become import MARKER as SETUP_MARKER
 from cronctl.proc.become import SETUP_FAILED
+from cronctl.proc.echo import EchoSink
 from cronctl.proc.fds import close_all
 from cronctl.proc.gate import GATE_CWD_FAILED, Gate
 from cronctl.proc.identity import ProcIdentity
@@ -75,11 +78,17 @@ class TrackedRun:
     registered: bool = False  # its fds are in the selector
     wake_at: float | None = None  # the instant it is next looked at, if any
     finalized: bool = False
+    echo_end: Callable[[], None] | None = None  # `run --echo-output`: the run's output is over
 
     @classmethod
-    def of(cls, req: RunRequest, child: GatedChild) -> TrackedRun:
+    def of(cls, req: RunRequest, child: GatedChild, echo: EchoSink | None = None) -> TrackedRun:
         output = OutputCapture(child.out_fd, child.log_fd, req.log_path, req.log_cap)
-        return cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono)
+        if echo is not None:
+            output.echo = functools.partial(echo.feed, req.job, req.run_id)
+        run = cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono)
+        if echo is not None:
+            run.echo_end = functools.partial(echo.end, req.run_id)
+        return run
 
     @property
     def run_id(self) -> str:
@@ -93,6 +102,9 @@ class TrackedRun:
         """Every fd but the gate's (closed under the lock): at the end, nothing registered remains."""
         close_all([self.pidfd, self.output.take_pipe(), self.output.log_fd])
         self.pidfd = self.output.log_fd = None
+        if self.echo_end is not None:
+            self.echo_end()
+            self.echo_end = None
 
     def result(self, now: float) -> RunResult:
         ended = self.exit.ended_mono if self.exit.ended_mono is not None else now
