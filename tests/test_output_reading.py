@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from loophelp import stop, wait_until
 from conftest import cronctl_bin, subprocess_env
+from loophelp import stop, wait_until
 
 from cronctl.proc import echo as echo_mod
 from cronctl.proc.echo import EchoSink
@@ -113,7 +113,7 @@ def test_logs_all_follow_prints_each_new_line_with_its_job_and_run(home: Path, t
         line = seen.matching(b"ticker ")[0][1].decode()
         assert re.fullmatch(r"ticker \d{8}T\d{6}-[0-9a-f]+ \| tick\n", line), line
         run_of_two = seen.matching(b"| two")[0][1].split(b" | ")[0]
-        assert any(l.startswith(run_of_two) for _, l in seen.matching(b"| lines"))
+        assert any(text.startswith(run_of_two) for _, text in seen.matching(b"| lines"))
     finally:
         os.killpg(follower.pid, signal.SIGINT)
         follower.wait(timeout=10)
@@ -194,8 +194,8 @@ def test_echo_output_keeps_a_quiet_jobs_lines_flowing_beside_a_100_mib_flood(hom
         flood_began = time.monotonic()
         # While the flood runs, the ticker's line of every second still comes through.
         wait_until(lambda: len([w for w, _ in seen.matching(b"ticker ") if w > flood_began]) >= 5, 40)
-        gaps = [b - a for (a, _), (b, _) in zip(seen.matching(b"ticker "), seen.matching(b"ticker ")[1:])
-                if a > flood_began]
+        ticks = [when for when, _ in seen.matching(b"ticker ")]
+        gaps = [later - earlier for earlier, later in zip(ticks, ticks[1:], strict=False) if earlier > flood_began]
         assert max(gaps) < 5.0, gaps  # generous: one a second is what the job prints
         wait_until(lambda: _cronctl(home, "history", "flood", "--json").stdout.count('"status": "success"'), 90)
         wait_until(lambda: seen.matching(b"flood ") and (
