@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +221,40 @@ def test_history_keeps_at_least_as_many_records_as_a_job_keeps_logs(tmp_path: Pa
         history.append_record(paths, {"job": "small", "run_id": f"r{number:04d}", "ended_at": f"{number:04d}",
                                       "output_tail": padding})
     assert len(history.read_records(paths, "small")) < 300
+
+
+@pytest.mark.slow
+def test_a_run_that_runs_out_of_its_memory_limit_says_so(home: Path, tmp_path: Path) -> None:
+    python = os.path.realpath(sys.executable)
+    _apply(home, tmp_path, f"  - name: hog\n    every: 1h\n    limits: {{memory: 256M}}\n"
+                           f"    command: ['{python}', '-I', '-c', 'b = bytearray(1 << 30)']\n")
+    assert _cronctl(home, "force-run", "hog", "--wait").returncode == 1
+    record = _last_record(home, "hog")
+    assert (record["status"], record["reason"]) == ("error", "memory_limit")
+    assert "memory limit reached" in _cronctl(home, "history", "hog").stdout
+    # Without a memory limit the same words are the job's own failure, not a limit's.
+    _apply(home, tmp_path, "  - name: fits\n    every: 1h\n    command: 'echo out of memory; exit 3'\n")
+    _cronctl(home, "force-run", "fits", "--wait")
+    assert _last_record(home, "fits")["reason"] == "exit_code_nonzero"
+
+
+@root_only
+@pytest.mark.slow
+def test_a_real_loop_run_as_nobody_ends_user_jobs_blocked_config(shared_dir: Path, tmp_path: Path) -> None:
+    from loophelp import stop, wait_until
+
+    home = shared_dir / "loop-home"
+    _apply(home, tmp_path, f"  - name: as-root\n    every: 1s\n    user: root\n    command: 'touch {shared_dir}/x'\n")
+    for path in [home, *home.rglob("*")]:
+        os.chown(path, 65534, 65534)
+    loop = subprocess.Popen(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
+                             *cronctl_bin(), "run"], env=subprocess_env(home), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: (home / "runs" / "as-root" / "history.jsonl").exists(), 40)
+    finally:
+        stop(loop)
+    record = _last_record(home, "as-root")
+    assert (record["status"], record["reason"]) == ("not_started", "blocked_config")
+    assert "the loop runs as nobody" in str(record["output_tail"]) and "not root" in str(record["output_tail"])
+    assert not (shared_dir / "x").exists()

@@ -133,6 +133,26 @@ OPERATOR_CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def format_size(size: int) -> str:
+    """`1MiB`, `64KiB`, `1500B`: the exact size in the largest binary unit that divides it."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}B"
+
+
+def limits_text(limits: dict[str, int]) -> str:
+    """`nice 10, memory 2GiB, cpu 1m, nofile 4096` as `show` says them."""
+    from cronctl.durations import format_duration
+
+    def word(key: str, value: int) -> str:
+        if key == "memory":
+            return format_size(value)
+        return format_duration(float(value)) if key == "cpu" else str(value)
+
+    return ", ".join(f"{key} {word(key, value)}" for key, value in limits.items())
+
+
 def user_warnings(user: str | None) -> list[str]:
     """What `validate` says about a user that does not exist on this host (valid, but every
     run here would end blocked_config)."""
