@@ -67,6 +67,8 @@ def test_validate_warns_of_a_user_this_host_does_not_have(cli, tmp_path: Path) -
     result = cli("validate", "-f", str(jobs))
     assert result.code == 0
     assert "no user 'no-such-user-here' on this host" in result.err
+    added = cli("add", "b", "--every", "1m", "--user", "no-such-user-here", "--", "true")
+    assert added.code == 0 and "job 'b': field 'user': no user 'no-such-user-here' on this host" in added.err
 
 
 # --- real runs ------------------------------------------------------------------------

@@ -207,3 +207,26 @@ def test_echo_output_keeps_a_quiet_jobs_lines_flowing_beside_a_100_mib_flood(hom
     report = seen.matching(b"not echoed in all")
     dropped = int(re.search(rb"\] (\d+) line", report[0][1]).group(1)) if report else 0  # type: ignore[union-attr]
     assert echoed + dropped == total_lines
+
+
+def test_the_follower_shows_only_new_output_and_holds_a_partial_line(tmp_path: Path) -> None:
+    from cronctl.ops.logread import LogFollower
+
+    runs = tmp_path / "runs"
+    (runs / "a").mkdir(parents=True)
+    old = runs / "a" / "20261203T000000-aaaa.log"
+    old.write_bytes(b"before the follower\n")
+    follower = LogFollower(runs)
+    assert follower.poll() == []  # what was there before is not new
+    with old.open("ab") as handle:
+        handle.write(b"new line\npart")
+    (runs / "b").mkdir()
+    (runs / "b" / "20261203T000001-bbbb.log").write_bytes(b"first\n")
+    (runs / "b" / "20261203T000001-bbbb.on_failure.log").write_bytes(b"a hook's\n")
+    got = follower.poll()
+    assert sorted(got) == [("a", "20261203T000000-aaaa", b"new line\n"), ("b", "20261203T000001-bbbb", b"first\n")]
+    with old.open("ab") as handle:
+        handle.write(b"ial")
+    assert follower.poll() == []  # the line is not over yet
+    quiet = [follower.poll() for _ in range(3)]
+    assert [("a", "20261203T000000-aaaa", b"partial\n")] in quiet  # printed once the log stays quiet

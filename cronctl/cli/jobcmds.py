@@ -28,6 +28,7 @@ def add(name: str, command: list[str] | None = None, json_out: bool = False, **o
     ctx = open_context()
     view = ops.add_job(ctx, ops.spec_from_options(name, fields))
     views.added(view, ctx, json_out)
+    _warn_unknown_user(name, view.spec.user)
 
 
 def edit(name: str, command: list[str] | None = None, unset: list[str] | None = None, json_out: bool = False,
@@ -39,6 +40,16 @@ def edit(name: str, command: list[str] | None = None, unset: list[str] | None = 
     ctx = open_context()
     view, changed = ops.edit_job(ctx, name, changes, unset or [])
     views.edited(view, changed, ctx, json_out)
+    if "user" in changed:
+        _warn_unknown_user(name, view.spec.user)
+
+
+def _warn_unknown_user(name: str, user: str | None) -> None:
+    """As `validate` does: a user this host lacks is valid, but its runs here would not start."""
+    from cronctl.jobs.operatorfields import user_warnings
+
+    for warning in user_warnings(user):
+        render.warn(f"job '{name}': {warning}")
 
 
 # The job options of add and edit, in the order their problems are reported.

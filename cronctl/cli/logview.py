@@ -28,9 +28,10 @@ def show_logs(ctx: Context, name: str | None, run_id: str | None, lines: int | N
             raise UsageError("--all shows every job: give no job name and no --run with it")
         if follow:
             follow_all(ctx)
-        else:
+        else:  # each job's last run, or its runs in the window
             for job in logread.job_names(ctx):
-                _print_runs(_chosen(ctx, job, since, until), lines, header=True, job_label=True)
+                chosen = _chosen(ctx, job, since, until)
+                _print_runs(chosen if since or until else chosen[-1:], lines, header=True, job_label=True)
         return
     if name is None:
         raise UsageError("give a job name, or --all")
@@ -63,12 +64,13 @@ def _one_run(ctx: Context, name: str, run_id: str | None, lines: int | None, fol
         print(f"cronctl: run {found_id} ran on host {path.host}: this is the tail the store keeps; "
               "the whole log is in the home there", file=sys.stderr)
         return
-    data = logread.last_lines(path, lines) if lines is not None else path.read_bytes()
+    size = path.stat().st_size  # what is printed now; -f goes on from here, nothing lost or doubled
+    data = logread.last_lines(path, lines, size) if lines is not None else _read(path)[:size]
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
     run = logread.RunLog(name, found_id, path, None, None)
     if follow:
-        _follow_file(ctx, run, offset=path.stat().st_size if lines is not None else len(data))
+        _follow_file(ctx, run, offset=size)
     if path.stat().st_size == 0:
         _say_no_output(ctx, run)
 

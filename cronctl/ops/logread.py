@@ -81,13 +81,13 @@ def runs_between(logs: list[RunLog], since: datetime | None, until: datetime | N
     return chosen
 
 
-def last_lines(path: Path, count: int) -> bytes:
-    """The last `count` lines of a file, read from its end (a capped log is at most a few MiB)."""
+def last_lines(path: Path, count: int, end: int | None = None) -> bytes:
+    """The last `count` lines of a file (of its first `end` bytes), read from the end backwards."""
     if count <= 0:
         return b""
     with open(path, "rb") as handle:
         handle.seek(0, os.SEEK_END)
-        position = handle.tell()
+        position = handle.tell() if end is None else min(end, handle.tell())
         data = b""
         while position > 0 and data.count(b"\n") <= count:
             step = min(_READ_CHUNK, position)
