@@ -260,3 +260,12 @@ def test_a_real_loop_run_as_nobody_ends_user_jobs_blocked_config(shared_dir: Pat
     assert (record["status"], record["reason"]) == ("not_started", "blocked_config")
     assert "the loop runs as nobody" in str(record["output_tail"]) and "not root" in str(record["output_tail"])
     assert not (shared_dir / "x").exists()
+
+
+def test_exports_say_that_user_env_file_and_limits_were_not_exported(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("add", "op", "--every", "1h", "--user", "nobody", "--env-file", "/etc/default/op",
+               "--limit", "nofile=16", "--", "true").code == 0
+    for fmt in ("crontab", "systemd", "kubernetes"):
+        notes = cli("export", "--format", fmt, "--json").json()["untranslated"]["op"]
+        for field in ("user nobody", "env_file /etc/default/op", "limits nofile 16"):
+            assert any(note.startswith(field + ": not exported") for note in notes), (fmt, field, notes)
