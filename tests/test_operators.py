@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -269,3 +270,22 @@ def test_exports_say_that_user_env_file_and_limits_were_not_exported(cli) -> Non
         notes = cli("export", "--format", fmt, "--json").json()["untranslated"]["op"]
         for field in ("user nobody", "env_file /etc/default/op", "limits nofile 16"):
             assert any(note.startswith(field + ": not exported") for note in notes), (fmt, field, notes)
+
+
+@pytest.mark.slow
+def test_the_setup_helper_fails_closed_with_its_marker_and_runs_nothing(tmp_path: Path) -> None:
+    from cronctl.proc.become import MARKER, SETUP_FAILED
+    from cronctl.proc.childsetup import BECOME_SCRIPT
+
+    marker = tmp_path / "ran"
+    helper = [sys.executable, "-I", "-S", BECOME_SCRIPT]
+    bad = subprocess.run([*helper, "NOFILE=many", "--", "/bin/sh", "-c", f"touch {marker}"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == SETUP_FAILED and bad.stderr.startswith(MARKER) and "NOFILE" in bad.stderr
+    assert not marker.exists()
+    good = subprocess.run([*helper, "NOFILE=20:20,nice=3", "--", "/bin/sh", "-c",
+                           "ulimit -n; nice; grep SigIgn /proc/self/status"], capture_output=True, text=True, timeout=30)
+    assert good.returncode == 0 and good.stdout.split()[:2] == ["20", "3"]
+    ignored = int(good.stdout.split()[-1], 16)
+    # Python ignores SIGPIPE and SIGXFSZ; the helper must not hand that down to the job.
+    assert ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
