@@ -284,7 +284,8 @@ def test_the_setup_helper_fails_closed_with_its_marker_and_runs_nothing(tmp_path
     assert bad.returncode == SETUP_FAILED and bad.stderr.startswith(MARKER) and "NOFILE" in bad.stderr
     assert not marker.exists()
     good = subprocess.run([*helper, "NOFILE=20:20,nice=3", "--", "/bin/sh", "-c",
-                           "ulimit -n; nice; grep SigIgn /proc/self/status"], capture_output=True, text=True, timeout=30)
+                           "ulimit -n; nice; grep SigIgn /proc/self/status"],
+                          capture_output=True, text=True, timeout=30)
     assert good.returncode == 0 and good.stdout.split()[:2] == ["20", "3"]
     ignored = int(good.stdout.split()[-1], 16)
     # Python ignores SIGPIPE and SIGXFSZ; the helper must not hand that down to the job.
