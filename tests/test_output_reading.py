@@ -140,6 +140,7 @@ class _SlowOut(io.RawIOBase):
         return len(chunk)
 
 
+@pytest.mark.slow  # its stdout sleeps 20 ms per write
 def test_a_flood_never_blocks_the_feeder_nor_delays_another_runs_line() -> None:
     out = _SlowOut()
     sink = EchoSink(out)  # type: ignore[arg-type]
