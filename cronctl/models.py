@@ -139,6 +139,13 @@ class JobSpec:
     source: str | None = None  # absolute path of the YAML file that defined it; None = added by hand
     after: tuple[str, ...] = ()  # upstream jobs: set, it runs in their chains instead of on a schedule
     requires: Requires = Requires.SUCCESS
+    # Running as operators do (SPEC §13), checked by jobs/operatorfields.py; left out of the
+    # stored entry while unset, so a job without them keeps the bytes it always had.
+    user: str | None = None  # run as this user (the loop must be root)
+    env_file: str | None = None  # KEY=VALUE lines read at each run, never copied into the store
+    limits: dict[str, int] = field(default_factory=dict)  # LIMIT_NAMES -> bytes, seconds or a count
+    keep_runs: int | None = None  # run logs kept (default history.LOGS_KEPT)
+    keep_log: int | None = None  # bytes kept of each run's log (default engine.LOG_CAP)
 
     @property
     def schedule_text(self) -> str:
@@ -165,6 +172,8 @@ class JobSpec:
             value = values[name]
             if kind == "chain" and not keep_chain:
                 continue  # a job outside any chain keeps the store bytes it always had
+            if kind == "operator" and not value:
+                continue  # unset operator fields (SPEC §13) are not written either
             if value is None:
                 pass
             elif kind == "duration":
@@ -232,6 +241,9 @@ def _stored_enum(kind: type[Enum], value: Any) -> Any:
 
 
 CHAIN_FIELDS = ("after", "requires")
+OPERATOR_FIELDS = ("user", "env_file", "limits", "keep_runs", "keep_log")
+# The limits a job may set, in the order they are applied and shown.
+LIMIT_NAMES = ("nice", "memory", "cpu", "nofile", "nproc")
 
 # from_dict runs once per job on every read command: fields() per call was a fifth of it.
 _ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
@@ -240,7 +252,8 @@ _SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
 # How to_dict writes each field: a duration's spelling, an instant, a chain field (left out
 # of a job outside any chain), or as it is (enums by value, tuples as lists, dicts copied).
 _TO_DICT_PLAN = tuple((name, "duration" if name in DURATION_FIELDS else "at" if name == "at"
-                       else "chain" if name in CHAIN_FIELDS else "plain") for name in _SPEC_FIELD_ORDER)
+                       else "chain" if name in CHAIN_FIELDS else "operator" if name in OPERATOR_FIELDS
+                       else "plain") for name in _SPEC_FIELD_ORDER)
 _SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
 _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
 # The defaults of the fields that have one; a factory (env's) is called per spec.

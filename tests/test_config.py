@@ -30,8 +30,11 @@ def test_example_file_is_valid_and_uses_every_field() -> None:
         used |= {k for k, v in spec.to_dict().items() if v not in (None, {}, 0, 0.0, False)}
     for field in ("cron", "every", "at", "timezone", "command", "cwd", "env", "timeout", "kill_grace",
                   "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure",
-                  "paused", "after", "requires"):
+                  "paused", "after", "requires", "keep_runs", "keep_log", "limits"):
         assert field in used, field
+    # user and env_file need root and a file of this host: shown commented, not set.
+    text = (REPO / "jobs.example.yaml").read_text()
+    assert "# user: " in text and "# env_file: " in text
     overlaps = {s.overlap for s in loaded.specs}
     assert {Overlap.SKIP, Overlap.ALLOW, Overlap.REPLACE} <= overlaps
 

@@ -253,8 +253,11 @@ def test_cli_import_writes_a_file_that_validate_accepts(cli, tmp_path: Path) -> 
 def test_cli_import_to_stdout_prints_only_yaml(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("import-crontab", "--user-field", "--tz", "UTC", str(SAMPLES / "debian-etc-crontab"))
     assert result.code == 0
-    assert len(yaml.safe_load(result.out)["jobs"]) == 4
-    assert "root" in result.err
+    jobs = yaml.safe_load(result.out)["jobs"]
+    assert len(jobs) == 4
+    # The user column becomes each job's user (SPEC §13), no longer a warning.
+    assert {job["user"] for job in jobs} == {"root"}
+    assert "root" not in result.err
 
 
 def test_cli_apply_puts_the_jobs_in_the_store(cli, home: Path) -> None:  # type: ignore[no-untyped-def]

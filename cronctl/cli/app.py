@@ -80,5 +80,12 @@ JitterOpt = Annotated[Optional[str], typer.Option("--jitter", help="Stable per-j
 GraceOpt = Annotated[Optional[str], typer.Option("--grace", help="How late before 'late' (default: half cadence).")]
 OnFailureOpt = Annotated[Optional[str], typer.Option("--on-failure", help="Shell command run after a failure.")]
 PausedOpt = Annotated[Optional[bool], typer.Option("--paused/--not-paused", help="Define it paused.")]
+# Running as operators do (SPEC §13).
+UserOpt = Annotated[Optional[str], typer.Option("--user", help="Run as this user (the loop must run as root).")]
+EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", help="KEY=VALUE file read at each run.")]
+LimitOpt = Annotated[Optional[List[str]], typer.Option("--limit", help="NAME=VALUE: nice, memory (2G), cpu (10m), "
+                                                       "nofile, nproc; repeatable.")]
+KeepRunsOpt = Annotated[Optional[int], typer.Option("--keep-runs", help="Run logs kept (default 20).")]
+KeepLogOpt = Annotated[Optional[str], typer.Option("--keep-log", help="Bytes kept per run log (default 1MiB).")]
 CommandArg = Annotated[Optional[List[str]], typer.Argument(help="The command after --: one argument is a "
                                                           "shell string, several are an argv list.")]

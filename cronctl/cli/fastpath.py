@@ -61,6 +61,8 @@ _JOB_OPTIONS = {
     "--retry-delay": Opt("retry_delay", TEXT), "--repeat": Opt("repeat", INT), "--jitter": Opt("jitter", TEXT),
     "--grace": Opt("grace", TEXT), "--on-failure": Opt("on_failure", TEXT), "--paused": Opt("paused", FLAG),
     "--not-paused": Opt("paused", OFF), "--after": Opt("after", TEXTS), "--requires": Opt("requires", TEXT),
+    "--user": Opt("user", TEXT), "--env-file": Opt("env_file", TEXT), "--limit": Opt("limits", TEXTS),
+    "--keep-runs": Opt("keep_runs", INT), "--keep-log": Opt("keep_log", TEXT),
     **_JSON,
 }
 
@@ -70,7 +72,8 @@ COMMANDS: dict[str, Command] = {
     "next": Command("jobcmds.next_fires", {"-n": Opt("count", INT, 1, 1000), "--count": Opt("count", INT, 1, 1000),
                                            "--from": Opt("from_", TEXT), **_JSON}, ("name",), reads_only=True),
     "status": Command("runcmds.status", {"--stale": Opt("stale", FLAG), **_JSON}, reads_only=True),
-    "history": Command("runcmds.history", {"-n": Opt("count", INT, 0), "--chain": Opt("chain", TEXT), **_JSON},
+    "history": Command("runcmds.history", {"-n": Opt("count", INT, 0), "--chain": Opt("chain", TEXT),
+                                           "--since": Opt("since", TEXT), "--status": Opt("status", TEXT), **_JSON},
                        ("name",), reads_only=True),
     "add": Command("jobcmds.add", _JOB_OPTIONS, ("name",), rest="command", required=1),
     "edit": Command("jobcmds.edit", {**_JOB_OPTIONS, "--unset": Opt("unset", TEXTS)}, ("name",), rest="command",
@@ -86,7 +89,8 @@ COMMANDS: dict[str, Command] = {
                                    "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),
                                    "--metrics-file": Opt("metrics_file", TEXT), "--quiet": Opt("quiet", FLAG),
                                    "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
-                                   "--http-allow-remote": Opt("http_allow_remote", FLAG)}),
+                                   "--http-allow-remote": Opt("http_allow_remote", FLAG),
+                                   "--echo-output": Opt("echo_output", FLAG)}),
     "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
                          ("name",), required=1),
 }

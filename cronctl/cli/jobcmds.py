@@ -28,6 +28,7 @@ def add(name: str, command: list[str] | None = None, json_out: bool = False, **o
     ctx = open_context()
     view = ops.add_job(ctx, ops.spec_from_options(name, fields))
     views.added(view, ctx, json_out)
+    _warn_unknown_user(name, view.spec.user)
 
 
 def edit(name: str, command: list[str] | None = None, unset: list[str] | None = None, json_out: bool = False,
@@ -39,12 +40,23 @@ def edit(name: str, command: list[str] | None = None, unset: list[str] | None = 
     ctx = open_context()
     view, changed = ops.edit_job(ctx, name, changes, unset or [])
     views.edited(view, changed, ctx, json_out)
+    if "user" in changed:
+        _warn_unknown_user(name, view.spec.user)
+
+
+def _warn_unknown_user(name: str, user: str | None) -> None:
+    """As `validate` does: a user this host lacks is valid, but its runs here would not start."""
+    from cronctl.jobs.operatorfields import user_warnings
+
+    for warning in user_warnings(user):
+        render.warn(f"job '{name}': {warning}")
 
 
 # The job options of add and edit, in the order their problems are reported.
 JOB_OPTIONS = ("cron", "every", "at", "timezone", "cwd", "env", "timeout", "kill_grace", "overlap", "catchup",
                "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure", "paused",
-               "command", "after", "requires")
+               "command", "after", "requires",
+               "user", "env_file", "limits", "keep_runs", "keep_log")  # the last five: SPEC §13
 
 
 def collect_options(given: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +71,8 @@ def collect_options(given: dict[str, Any]) -> dict[str, Any]:
             continue
         if key == "env":
             options["env"] = _parse_env_pairs(value)
+        elif key == "limits":
+            options["limits"] = _parse_limit_pairs(value)
         else:
             options[key] = list(value) if isinstance(value, tuple) else value
     return options
@@ -72,6 +86,18 @@ def _parse_env_pairs(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
         env[key] = value
     return env
+
+
+def _parse_limit_pairs(pairs: list[str]) -> dict[str, str | int]:
+    """`--limit nofile=16` as the YAML `limits: {nofile: 16}` (numbers as numbers)."""
+    limits: dict[str, str | int] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--limit expects NAME=VALUE (nice, memory, cpu, nofile, nproc), got {pair!r}")
+        text = value.strip()
+        limits[key.strip()] = int(text) if text.lstrip("-").isdigit() else text
+    return limits
 
 
 def command_from_args(args: list[str] | None) -> str | list[str] | None:

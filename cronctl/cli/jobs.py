@@ -23,12 +23,16 @@ from cronctl.cli.app import (
     CronOpt,
     CwdOpt,
     DeadlineOpt,
+    EnvFileOpt,
     EnvOpt,
     EveryOpt,
     GraceKillOpt,
     GraceOpt,
     JitterOpt,
     JsonOpt,
+    KeepLogOpt,
+    KeepRunsOpt,
+    LimitOpt,
     OnFailureOpt,
     OverlapOpt,
     PausedOpt,
@@ -37,6 +41,7 @@ from cronctl.cli.app import (
     RetryDelayOpt,
     TimeoutOpt,
     TzOpt,
+    UserOpt,
     app,
     cli_clock,
 )
@@ -56,6 +61,8 @@ def add(
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
     after: AfterOpt = None, requires: RequiresOpt = None,
+    user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
+    keep_log: KeepLogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
@@ -66,7 +73,8 @@ def add(
                 cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
                 kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                 retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-                on_failure=on_failure, paused=paused, after=after, requires=requires)
+                on_failure=on_failure, paused=paused, after=after, requires=requires,
+                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log)
 
 
 @app.command()
@@ -79,6 +87,8 @@ def edit(
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
     after: AfterOpt = None, requires: RequiresOpt = None,
+    user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
+    keep_log: KeepLogOpt = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
     json_out: JsonOpt = False,
@@ -91,7 +101,8 @@ def edit(
                  cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
                  kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                  retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-                 on_failure=on_failure, paused=paused, after=after, requires=requires)
+                 on_failure=on_failure, paused=paused, after=after, requires=requires,
+                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log)
 
 
 @app.command()

@@ -367,7 +367,12 @@ def run_reason(record: dict[str, Any]) -> str | None:
     """Why a run ended, in words where the record says more than its reason code: a run
     that a signal ended has no exit code, so it reads "killed by signal 9 (SIGKILL)"."""
     from cronctl.jobs.words import signal_text
+    from cronctl.proc.limits import LIMIT_WORDS
 
+    if record.get("reason") in LIMIT_WORDS:
+        return LIMIT_WORDS[str(record["reason"])]
+    if record.get("reason") == "blocked_config" and record.get("output_tail"):
+        return f"blocked_config: {record['output_tail']}"  # what is missing, as the run found it
     signal = record.get("signal")
     if isinstance(signal, int) and not isinstance(signal, bool) and record.get("reason") == "killed_by_signal":
         return signal_text(signal)

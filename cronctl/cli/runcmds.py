@@ -19,7 +19,7 @@ from cronctl.cli.session import open_context, open_store_context
 
 def run(file: str | Path | None = None, once: bool = False, standby: bool = False, max_parallel: int | None = None,
         takeover_after: str = "60s", lease: str = "60s", metrics_file: str | Path | None = None, quiet: bool = False,
-        http: str | None = None, http_allow_remote: bool = False) -> int:
+        http: str | None = None, http_allow_remote: bool = False, echo_output: bool = False) -> int:
     """The foreground loop; its exit code."""
     from cronctl.durations import parse_duration
     from cronctl.loop.endpoint import parse_listen
@@ -35,7 +35,15 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
     ctx = open_context()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)
-    return run_loop(ctx, options)
+    if not echo_output:
+        return run_loop(ctx, options)
+    from cronctl.proc.echo import EchoSink
+
+    echo = EchoSink(sys.stdout.buffer)  # job output on stdout, the loop's own lines on stderr
+    try:
+        return run_loop(ctx, options, echo)
+    finally:
+        echo.close()
 
 
 def _echo_decision(row: dict[str, Any]) -> None:
@@ -66,13 +74,22 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
     return 3 if stale and report.stale else None
 
 
-def history(name: str | None = None, count: int = 20, chain: str | None = None, json_out: bool = False) -> None:
+def history(name: str | None = None, count: int = 20, chain: str | None = None, json_out: bool = False,
+            since: str | None = None, status: str | None = None) -> None:
     from cronctl.ops.runs import run_history
 
     if chain is not None:
         from cronctl.ops.chains import chain_history
 
         records = chain_history(open_store_context(), chain, name)
+    elif since is not None or status is not None:
+        from cronctl.cli.instants import parse_since as _since
+        from cronctl.ops.logread import check_statuses, filter_records
+
+        wanted = check_statuses(status)
+        ctx = open_store_context()
+        records = filter_records(run_history(ctx, name, None), _since(since, ctx) if since else None, wanted,
+                                 count)
     else:
         records = run_history(open_store_context(), name, count)
     if json_out:

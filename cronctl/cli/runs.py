@@ -8,9 +8,6 @@ command loads only what it uses.
 
 from __future__ import annotations
 
-import sys
-import time
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -18,11 +15,10 @@ import typer
 
 from cronctl.cli import render, runcmds
 from cronctl.cli.app import JsonOpt, app, finish, open_context
-from cronctl.durations import parse_duration
-from cronctl.errors import CronctlError
+from cronctl.cli.instants import parse_since as _since
 
 if TYPE_CHECKING:
-    from cronctl.context import Context
+    pass
 
 
 @app.command()
@@ -49,24 +45,6 @@ def audit(
         render.audit_rows(rows)
 
 
-def _since(text: str, ctx: Context) -> datetime:
-    """--since: a duration ago (1h), else an ISO instant."""
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.definitions import parse_instant
-
-    try:
-        return ctx.clock.now() - timedelta(seconds=parse_duration(text, field="--since"))
-    except CronctlError:
-        pass
-    try:
-        return parse_instant(text)
-    except CronctlError:
-        # A value that does not parse is bad input (exit 1), as `next --from` says it; exit 2
-        # is for a command line that does not parse (an unknown option, a missing value).
-        raise CronctlError(f"--since {text!r}: expected an ISO 8601 instant like 2026-12-24T09:00:00+01:00 "
-                         "or a duration ago like 30m, 1h, 2d") from None
-
-
 @app.command()
 def run(
     file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Apply this YAML file at start "
@@ -87,13 +65,15 @@ def run(
                                                 "and /livez here (loopback unless --http-allow-remote).")] = None,
     http_allow_remote: Annotated[bool, typer.Option("--http-allow-remote", help="Let --http listen on a "
                                                     "non-loopback address.")] = False,
+    echo_output: Annotated[bool, typer.Option("--echo-output", help="Copy every line jobs print to stdout "
+                                              "as 'JOB RUN | line' (containers, journalctl).")] = False,
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
     finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
-                       http_allow_remote))
+                       http_allow_remote, echo_output))
 
 
 @app.command()
@@ -118,54 +98,43 @@ def history(
     chain: Annotated[Optional[str], typer.Option("--chain", help="Only the runs of this chain (its root run's "
                                                  "id), in order.")] = None,
     json_out: JsonOpt = False,
+    since: Annotated[Optional[str], typer.Option("--since", help="Runs ended since this ISO instant, or a "
+                                                 "duration ago like 1h.")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", help="Only runs with this status (success, "
+                                                  "error, timeout, killed, lost, not_started, failed); "
+                                                  "comma-separated.")] = None,
 ) -> None:
     """Past runs: slot, trigger, start, duration, status, reason.
 
-    Example: cronctl history backup -n 5
+    Example: cronctl history backup -n 5; cronctl history --since 1d --status failed
     """
-    runcmds.history(name, count, chain, json_out)
+    runcmds.history(name, count, chain, json_out, since, status)
 
 
 @app.command()
 def logs(
-    name: Annotated[str, typer.Argument(help="Job.")],
+    name: Annotated[Optional[str], typer.Argument(help="Job (or --all).")] = None,
     run_id: Annotated[Optional[str], typer.Option("--run", help="Run id (default: the last run).")] = None,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing while the run goes on.")] = False,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing while the run goes on; with "
+                                         "--all, every job's new output until Ctrl-C.")] = False,
+    lines: Annotated[Optional[int], typer.Option("-n", "--lines", min=0, help="Only the last N lines.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Runs from this ISO instant, or a duration "
+                                                 "ago like 1h.")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Runs until this ISO instant, or a duration "
+                                                 "ago.")] = None,
+    all_jobs: Annotated[bool, typer.Option("--all", help="Every job: with -f, each new line as "
+                                           "'JOB RUN | line'.")] = False,
 ) -> None:
-    """A run's captured output.
+    """A run's captured output (the last run by default), or several runs' in a time window.
 
-    Example: cronctl logs backup -f
+    Example: cronctl logs backup -n 20; cronctl logs backup --since 1d; cronctl logs --all -f
     """
     # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.runs import log_path
+    from cronctl.cli.logview import show_logs
 
     ctx = open_context()
-    found_id, path = log_path(ctx, name, run_id)
-    if not isinstance(path, Path):  # PostgreSQL: a run of another host, its stored tail
-        sys.stdout.write(path.text)
-        print(f"cronctl: run {found_id} ran on host {path.host}: this is the tail the store keeps; "
-              "the whole log is in the home there", file=sys.stderr)
-        return
-    _print_log(ctx, name, found_id, path, follow)
-
-
-def _print_log(ctx: Context, job: str, run_id: str, path: Path, follow: bool) -> None:
-    """Copy the log to stdout; with follow, keep copying until the run is over."""
-    # Imported here: only this command needs it (start-up time).
-    from cronctl.ops.runs import run_is_active
-
-    with open(path, "rb") as handle:
-        while True:
-            chunk = handle.read(65536)
-            if chunk:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                continue
-            if not follow or not run_is_active(ctx, job, run_id):
-                rest = handle.read()
-                sys.stdout.buffer.write(rest)
-                return
-            time.sleep(0.2)
+    show_logs(ctx, name, run_id, lines, _since(since, ctx) if since else None,
+              _since(until, ctx, "--until") if until else None, follow, all_jobs)
 
 
 @app.command("force-run")

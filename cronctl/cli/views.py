@@ -62,6 +62,10 @@ def detail_fields(data: dict[str, Any]) -> list[tuple[str, str]]:
         if value in (None, {}, [], False) and key not in ("paused",):
             continue
         text = command_text(value) if key in ("command", "on_failure") else field_text(value)
+        if key in ("limits", "keep_log"):  # SPEC §13: stored as whole numbers, said with units
+            from cronctl.jobs.operatorfields import format_size, limits_text
+
+            text = limits_text(value) if key == "limits" else format_size(value)
         fields.append((key, text))
         if key in ("cron", "every", "at"):
             fields.append(("in words", _words(data)))

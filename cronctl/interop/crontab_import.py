@@ -243,6 +243,8 @@ def _job_from_line(number: int, line: str, scope: _Scope, result: ImportResult, 
         return None
     entry = _entry(schedule, _command(command, stdin, scope.shell), scope,
                    unique_name(prefix, command_text, schedule, names), result.default_zone)
+    if user is not None:
+        entry["user"] = user  # /etc/crontab and cron.d: the user column runs it as that user (SPEC §13)
     problems: list[str] = []
     build_spec(entry, lambda f: f"line {number}: field '{f}'", problems, source=None, base_dir=Path("/"))
     if problems:

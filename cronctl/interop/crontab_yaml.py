@@ -20,10 +20,8 @@ def report_lines(result: ImportResult) -> list[str]:
     """What the operator must know: skipped lines, untranslated settings, the user and zone."""
     lines = [f"line {s.line}: skipped: {s.reason}: {s.text.strip()}" for s in result.skipped]
     lines += [f"{'file' if n.line == 0 else f'line {n.line}'}: {n.message}" for n in result.notes]
-    users = sorted({job.user for job in result.jobs if job.user})
-    if users:
-        lines.append(f"cron ran these jobs as {', '.join(users)}; cronctl runs every job as the user that runs "
-                     "`cronctl run`")
+    if any(job.user and job.user != "root" for job in result.jobs):
+        lines.append("jobs keep the user cron ran them as ('user:'): the loop must run as root to switch to it")
     lines.append(f"jobs without CRON_TZ/TZ run in {result.default_zone} (--timezone; by default this host's "
                  "zone, which cron used for them)")
     return sorted(lines, key=_line_order)
@@ -64,7 +62,7 @@ def render_yaml(result: ImportResult) -> str:
 
 def _entry_lines(entry: dict[str, Any]) -> list[str]:
     lines = [f"  - name: {quote(entry['name'])}"]
-    for key in ("cron", "timezone"):
+    for key in ("cron", "timezone", "user"):
         if key in entry:
             lines.append(f"    {key}: {quote(entry[key])}")
     command = entry["command"]

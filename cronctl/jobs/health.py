@@ -108,7 +108,8 @@ def blocked_by_config(view: JobView) -> str | None:
     if not isinstance(check, str) or not check:
         check = "its working directory or executable does not exist or is not usable"
     return (f"cannot start: {check} (run {refused.get('run_id')} refused at {refused.get('ended_at')}, "
-            f"blocked_config). Create what is missing, or fix the job's cwd/command; then 'cronctl force-run "
+            f"blocked_config). Create what is missing, or fix the job's cwd, command, user or env_file; "
+            f"then 'cronctl force-run "
             f"{view.spec.name}' checks it now (the job reads wedged until a run starts)")
 
 

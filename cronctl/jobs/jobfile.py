@@ -16,6 +16,7 @@ from typing import Any, Callable
 from cronctl.durations import parse_duration
 from cronctl.errors import ConfigError, CronctlError
 from cronctl.jobs.chainfields import CHAIN_CHECKS, CHAIN_FIELDS, chain_combo_problems
+from cronctl.jobs.operatorfields import OPERATOR_CHECKS, OPERATOR_FIELDS, user_warnings
 from cronctl.models import NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import check_timezone, parse_at, parse_cron
 from cronctl.timefmt import to_iso
@@ -24,6 +25,7 @@ JOB_FIELDS = (
     "name", "cron", "every", "at", "timezone", "command", "cwd", "env", "timeout",
     "kill_grace", "overlap", "catchup", "starting_deadline", "retries", "retry_delay",
     "repeat", "jitter", "grace", "on_failure", "paused", "after", "requires",
+    *OPERATOR_FIELDS,
 )
 # A default applies to every job of the file; a job's own identity and schedule cannot be defaulted.
 DEFAULTABLE_FIELDS = tuple(f for f in JOB_FIELDS if f not in ("name", "cron", "every", "at", "command", *CHAIN_FIELDS))
@@ -50,12 +52,15 @@ class LoadedFile:
         Data, not output: validate and apply print them on stderr, the way `add` warns.
         Jobs named in `done` already fired their one shot, so nothing fires: no warning.
         """
-        return [
+        past = [
             f"{self.path}:{self.at_lines.get(spec.name, 0)}: job '{spec.name}': field 'at': "
             f"{to_iso(spec.at)} is in the past; a running loop fires it at once"
             for spec in self.specs
             if spec.at is not None and spec.at < now and spec.name not in done
         ]
+        users = [f"{self.path}: job '{spec.name}': {warning}"
+                 for spec in self.specs for warning in user_warnings(spec.user)]
+        return past + users
 
 
 def load_jobs_file(path: str | os.PathLike[str]) -> LoadedFile:
@@ -469,6 +474,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "on_failure": _check_optional_command,
     "paused": _check_bool,
     **CHAIN_CHECKS,
+    **OPERATOR_CHECKS,
 }
 
 

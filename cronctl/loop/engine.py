@@ -27,6 +27,7 @@ from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (schedu
 from cronctl.loop.held import ActiveRun, HeldRun
 from cronctl.loop.on_failure import on_failure_request
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger, command_text
+from cronctl.proc.childsetup import child_setup_of
 from cronctl.proc.liveness import owner_alive
 from cronctl.proc.run import RunResult
 from cronctl.proc.spawn import BlockedConfig, RunRequest, SpawnError
@@ -399,7 +400,8 @@ class Engine:
             run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
             env=run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt),
             timeout=new.spec.timeout, kill_grace=new.spec.kill_grace, log_path=log_path,
-            log_cap=self.options.log_cap, drain_timeout=self.options.drain_timeout,
+            log_cap=new.spec.keep_log or self.options.log_cap, drain_timeout=self.options.drain_timeout,
+            setup=child_setup_of(new.spec),
         )
         try:
             child = self.supervisor.spawn_gated(request)

@@ -10,6 +10,7 @@ from typing import Any
 
 from cronctl.loop.held import ActiveRun
 from cronctl.paths import Paths
+from cronctl.proc.childsetup import child_setup_of
 from cronctl.proc.spawn import RunRequest
 
 ON_FAILURE_TIMEOUT = 300.0
@@ -30,4 +31,5 @@ def on_failure_request(paths: Paths, run: ActiveRun, record: dict[str, Any], log
     return RunRequest(run_id=hook_id, job=run.job, command=run.spec.on_failure, cwd=run.spec.cwd,
                       env=env, timeout=min(run.spec.timeout or ON_FAILURE_TIMEOUT, ON_FAILURE_TIMEOUT),
                       kill_grace=run.spec.kill_grace, log_path=paths.job_runs_dir(run.job) / f"{hook_id}.log",
-                      log_cap=log_cap, drain_timeout=drain_timeout)
+                      log_cap=log_cap, drain_timeout=drain_timeout,
+                      setup=child_setup_of(run.spec))  # as the job's user, with its env_file and limits

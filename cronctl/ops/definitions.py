@@ -54,7 +54,8 @@ def _cwd() -> Path | None:
 
 def _cli_where(name: str):  # type: ignore[no-untyped-def]
     def where(field_name: str) -> str:
-        option = "-- COMMAND" if field_name == "command" else "--" + field_name.replace("_", "-")
+        option = "-- COMMAND" if field_name == "command" else "--limit" if field_name == "limits" \
+            else "--" + field_name.replace("_", "-")
         return f"job '{name}': {option}"
 
     return where
@@ -134,7 +135,8 @@ def _merge_options(spec: JobSpec, changes: dict[str, Any], unset: list[str]) -> 
 
 def _changed_fields(old: JobSpec, new: JobSpec) -> list[str]:
     before, after = old.to_dict(), new.to_dict()
-    return sorted(k for k in after if before.get(k) != after.get(k))
+    # Both sides' keys: an unset operator field (SPEC §13) leaves the stored entry altogether.
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
 def _reschedule_if_needed(old: JobSpec, new: JobSpec, state: dict[str, Any], now: datetime) -> None:

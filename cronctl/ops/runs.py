@@ -22,11 +22,12 @@ from cronctl.store.leases import RunClaim
 if TYPE_CHECKING:
     from cronctl.loop.heal import Liveness
     from cronctl.loop.scheduler import LoopOptions
+    from cronctl.proc.echo import EchoSink
 
 # --- history and logs ---------------------------------------------------------------
 
 
-def run_history(ctx: Context, job: str | None, count: int) -> list[dict[str, Any]]:
+def run_history(ctx: Context, job: str | None, count: int | None) -> list[dict[str, Any]]:
     if job is not None and not ctx.leases.has_job(job) and not ctx.paths.history(job).exists():
         raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
     return ctx.leases.history(job, count)
@@ -57,8 +58,16 @@ def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
             raise CronctlError(f"run {run_id} of job '{job}' is running on another host: its log is in the home "
                                "there; the store keeps its tail once it ends ('cronctl logs' shows it then)")
         raise CronctlError(f"no log for run {run_id} of job '{job}' "
-                           f"(logs of the last {history.LOGS_KEPT} runs are kept)")
+                           f"(logs of the last {_kept_runs(ctx, job)} runs are kept)")
     return run_id, path
+
+
+def _kept_runs(ctx: Context, job: str) -> int:
+    """How many run logs the job keeps: its keep_runs (SPEC §13), else the default."""
+    try:
+        return ctx.leases.job(job).spec.keep_runs or history.LOGS_KEPT
+    except Exception:  # the job is gone, or the store cannot say: the default is the honest guess
+        return history.LOGS_KEPT
 
 
 def _stored_tail(ctx: Context, job: str, run_id: str) -> StoredTail | None:
@@ -305,7 +314,7 @@ def _kill_here(ctx: Context, claim: RunClaim) -> bool:
     return ctx.leases.end_unsupervised(claim.job, claim.run_id, outcome, ctx.clock.now(), ended)
 
 
-def run_loop(ctx: Context, options: LoopOptions) -> int:
+def run_loop(ctx: Context, options: LoopOptions, echo: EchoSink | None = None) -> int:
     """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks."""
     # Imported here: the loop's modules are needed by `run` alone, not by history or logs.
     from cronctl.loop.scheduler import FileApplied, LoopHooks, Scheduler
@@ -323,7 +332,14 @@ def run_loop(ctx: Context, options: LoopOptions) -> int:
 
     hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
                       http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url))
-    return Scheduler(ctx, options, hooks=hooks).run()
+    if echo is None:
+        return Scheduler(ctx, options, hooks=hooks).run()
+    # `run --echo-output`: every run's output is also copied to `echo` (proc/echo.py).
+    import functools
+
+    from cronctl.proc.supervisor import Supervisor
+
+    return Scheduler(ctx, options, hooks=hooks, supervisor_factory=functools.partial(Supervisor, echo=echo)).run()
 
 
 def release_stuck_runs(ctx: Context, names: list[str] | None) -> list[str]:

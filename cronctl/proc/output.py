@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 TAIL_BYTES = 4096
 _READ_CHUNK = 65536
@@ -31,6 +32,8 @@ class OutputCapture:
     log_written: int = 0
     log_truncated: bool = False
     tail: bytearray = field(default_factory=bytearray)
+    echo: Callable[[bytes], None] | None = None  # `run --echo-output` (proc/echo.py): every byte read
+
 
     def read(self) -> bool:
         """Read what the pipe holds now; False once it is at end of file (or broken)."""
@@ -71,6 +74,8 @@ class OutputCapture:
         return bytes(self.tail).decode(errors="replace")
 
     def _record(self, data: bytes) -> None:
+        if self.echo is not None:
+            self.echo(data)
         self.tail += data
         del self.tail[:-TAIL_BYTES]
         if self.log_fd is None or self.log_truncated:

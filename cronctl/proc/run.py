@@ -7,13 +7,19 @@ thread only). The verdict reads them all once, at the end.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cronctl.models import RunStatus
+from cronctl.proc.become import MARKER as SETUP_MARKER
+from cronctl.proc.become import SETUP_FAILED
+from cronctl.proc.echo import EchoSink
 from cronctl.proc.fds import close_all
 from cronctl.proc.gate import GATE_CWD_FAILED, Gate
 from cronctl.proc.identity import ProcIdentity
+from cronctl.proc.limits import limit_reason
 from cronctl.proc.output import OutputCapture
 from cronctl.proc.spawn import GatedChild, RunRequest
 from cronctl.proc.termination import StopState
@@ -72,11 +78,17 @@ class TrackedRun:
     registered: bool = False  # its fds are in the selector
     wake_at: float | None = None  # the instant it is next looked at, if any
     finalized: bool = False
+    echo_end: Callable[[], None] | None = None  # `run --echo-output`: the run's output is over
 
     @classmethod
-    def of(cls, req: RunRequest, child: GatedChild) -> TrackedRun:
+    def of(cls, req: RunRequest, child: GatedChild, echo: EchoSink | None = None) -> TrackedRun:
         output = OutputCapture(child.out_fd, child.log_fd, req.log_path, req.log_cap)
-        return cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono)
+        if echo is not None:
+            output.echo = functools.partial(echo.feed, req.job, req.run_id)
+        run = cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono)
+        if echo is not None:
+            run.echo_end = functools.partial(echo.end, req.run_id)
+        return run
 
     @property
     def run_id(self) -> str:
@@ -90,6 +102,9 @@ class TrackedRun:
         """Every fd but the gate's (closed under the lock): at the end, nothing registered remains."""
         close_all([self.pidfd, self.output.take_pipe(), self.output.log_fd])
         self.pidfd = self.output.log_fd = None
+        if self.echo_end is not None:
+            self.echo_end()
+            self.echo_end = None
 
     def result(self, now: float) -> RunResult:
         ended = self.exit.ended_mono if self.exit.ended_mono is not None else now
@@ -112,6 +127,15 @@ class TrackedRun:
 
     def verdict(self) -> tuple[RunStatus, str | None, int | None, int | None]:
         """(status, reason, exit code, signal) of the run as a whole."""
+        ended = self.exit
+        if ended.exit_code == SETUP_FAILED and SETUP_MARKER in self.output.tail_text():
+            return RunStatus.NOT_STARTED, "blocked_config", None, None  # proc/become.py: nothing of it ran
+        status, reason, code, sig = self._plain_verdict()
+        if status is RunStatus.ERROR and self.req.setup is not None and self.req.setup.limits:
+            reason = limit_reason(self.req.setup.limits, sig, code, self.output.tail_text()) or reason
+        return status, reason, code, sig
+
+    def _plain_verdict(self) -> tuple[RunStatus, str | None, int | None, int | None]:
         ended = self.exit
         if self.gate.state != "open":
             # The gate shell's own exit code says nothing about the command.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cronctl.errors import CronctlError
+from cronctl.proc.childsetup import ChildSetup, SetupBlocked, prepare
 from cronctl.proc.fds import GATE_FD, close_all, open_log, pipe
 from cronctl.proc.gate import GATE_NAME, GATE_SCRIPT, GATE_SHELL
 from cronctl.proc.identity import identify
@@ -42,6 +43,7 @@ class RunRequest:
     log_path: Path
     log_cap: int = 1_000_000
     drain_timeout: float = 2.0
+    setup: ChildSetup | None = None  # user, env_file, limits (SPEC §13): proc/childsetup.py
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,17 @@ def spawn_session(
 
 def preflight(req: RunRequest) -> tuple[dict[str, str], list[str]]:
     """The child's environment and gated argv, once the request is known to be startable."""
-    env = {**os.environ, **req.env}
     argv = _command_argv(req.command)
     cwd = _check_cwd(req.cwd)
+    try:
+        # The job's user, env_file and limits: the environment, and the helper that sets
+        # them up in the child before its gate (proc/become.py).
+        prepared = prepare(req.setup, os.environ, req.env, _gate_argv(req.command, cwd))
+    except SetupBlocked as exc:
+        raise BlockedConfig(exc.field, exc.message) from None
+    env, gated = prepared.env, prepared.argv
     if not isinstance(req.command, str):
         _check_executable(argv[0], env, cwd)
-    gated = _gate_argv(req.command, cwd)
     too_big = argument_problem(gated, env)
     if too_big is not None:
         # exec would fail with E2BIG: say why before forking anything.
@@ -244,7 +251,7 @@ def start_gated(
             (os.POSIX_SPAWN_DUP2, out_w, 2),
             (os.POSIX_SPAWN_DUP2, gate_r, GATE_FD),
         ]
-        pid = spawn(GATE_SHELL, argv, env, actions)
+        pid = spawn(argv[0], argv, env, actions)  # the gate shell, or the setup helper that execs it
     except OSError as exc:
         close_all([gate_r, gate_w, out_r, out_w, log_fd])
         raise SpawnError(exc.errno or errno.EIO, f"cannot start run {req.run_id} of {req.job}: {exc}") from exc

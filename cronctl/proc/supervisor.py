@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from cronctl.proc.echo import EchoSink
 from cronctl.proc.fds import raise_fd_limit
 from cronctl.proc.identity import is_child_subreaper, set_child_subreaper
 from cronctl.proc.run import RunResult, TrackedRun
@@ -45,8 +46,10 @@ class Supervisor:
         spawn: SpawnFn | None = None,
         subreaper: bool = False,
         timeouts_enabled: bool = True,
+        echo: EchoSink | None = None,
     ) -> None:
         self._on_result = on_result
+        self._echo = echo  # `run --echo-output`: each run's output also goes there (proc/echo.py)
         self._mono = monotonic
         self._spawn = spawn or spawn_session
         self._subreaper = subreaper
@@ -170,7 +173,7 @@ class Supervisor:
         """Hand the new child to the supervisor thread, unless shutdown began meanwhile."""
         with self._shared.lock:
             if not self._shared.stopping:
-                self._shared.runs[req.run_id] = TrackedRun.of(req, child)
+                self._shared.runs[req.run_id] = TrackedRun.of(req, child, self._echo)
                 self._shared.post(("register", req.run_id))
                 return
         child.discard()

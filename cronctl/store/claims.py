@@ -425,6 +425,7 @@ class Finished:
     record: dict[str, Any] | None = None  # the history record written
     events: list[Event] = field(default_factory=list)
     run_on_failure: bool = False
+    keep_runs: int | None = None  # the job's own retention of run logs (SPEC §13), None: the default
 
 
 def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outcome: Outcome,
@@ -444,7 +445,7 @@ def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outc
     state = entry["state"]
     record = _history_record(job, run_id, claim, outcome, now)
     _record_last(state, record, outcome)
-    result = Finished(fenced=False, record=record)
+    result = Finished(fenced=False, record=record, keep_runs=spec.keep_runs)
     result.events.append(Event(AuditEvent.RUN_FINISHED, {
         "job": job, "run_id": run_id, "slot": claim["slot"], "status": outcome.status.value,
         "exit_code": outcome.exit_code, "signal": outcome.signal, "reason": outcome.reason,

@@ -15,13 +15,17 @@ HISTORY_KEEP_ROWS = 200
 LOGS_KEPT = 20
 
 
-def append_record(paths: Paths, record: dict[str, Any]) -> None:
+def append_record(paths: Paths, record: dict[str, Any], keep_runs: int | None = None) -> None:
     """One O_APPEND write, under a flock of the file so that a trim never loses it.
 
     The loop and a `force-run` or `kill` CLI may append to one job's history at
     once; a trim replaces the file, so an append checks, under the lock, that it
     still writes to the file in place (else it retries on the new one).
+    A job that keeps more run logs than HISTORY_KEEP_ROWS keeps as many records: its
+    history is never shorter than its logs (SPEC §13).
     """
+    keep_rows = max(HISTORY_KEEP_ROWS, keep_runs or 0)
+    max_bytes = HISTORY_MAX_BYTES * keep_rows // HISTORY_KEEP_ROWS
     path = paths.history(record["job"])
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
@@ -36,17 +40,17 @@ def append_record(paths: Paths, record: dict[str, Any]) -> None:
             if current != os.fstat(fd).st_ino:
                 continue  # trimmed (replaced) while we waited for the lock
             os.write(fd, line)
-            if os.fstat(fd).st_size > HISTORY_MAX_BYTES:
-                _trim(path)
+            if os.fstat(fd).st_size > max_bytes:
+                _trim(path, keep_rows)
             return
         finally:
             os.close(fd)
     raise OSError(f"cannot append to {path}: it keeps being replaced")
 
 
-def _trim(path: Path) -> None:
+def _trim(path: Path, keep_rows: int = HISTORY_KEEP_ROWS) -> None:
     """Keep the newest rows (the caller holds the file's flock)."""
-    rows = path.read_bytes().splitlines(keepends=True)[-HISTORY_KEEP_ROWS:]
+    rows = path.read_bytes().splitlines(keepends=True)[-keep_rows:]
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(b"".join(rows))
     os.chmod(tmp, 0o600)
@@ -86,8 +90,9 @@ def find_record(paths: Paths, job: str, run_id: str) -> dict[str, Any] | None:
     return None
 
 
-def prune_logs(paths: Paths, job: str, keep: int = LOGS_KEPT) -> int:
-    """Keep the newest `keep` run logs of a job (run ids sort by time)."""
+def prune_logs(paths: Paths, job: str, keep: int | None = None) -> int:
+    """Keep the newest `keep` run logs of a job (run ids sort by time); None: LOGS_KEPT."""
+    keep = LOGS_KEPT if keep is None else keep
     directory = paths.job_runs_dir(job)
     try:
         logs = sorted(p for p in directory.iterdir() if p.suffix == ".log" and p.name.count(".") == 1)

@@ -494,8 +494,8 @@ class JsonLeaseStore:
         self._write(rows)
         if done.record is None:
             return
-        history.append_record(self.paths, done.record)
-        history.prune_logs(self.paths, done.record["job"])
+        history.append_record(self.paths, done.record, done.keep_runs)
+        history.prune_logs(self.paths, done.record["job"], done.keep_runs)
         if settle:
             self.settle([(done.record["job"], done.record["run_id"])])
 

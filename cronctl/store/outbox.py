@@ -113,8 +113,9 @@ def deliver_orphans(doc: dict[str, Any], found: list[tuple[str, str]], audit: Au
                 audit.append(name, **details)
         record = item.get("record")
         if record is not None and history.find_record(paths, job, run_id) is None:
-            history.append_record(paths, record)
-            history.prune_logs(paths, job)
+            keep_runs = (doc["jobs"].get(job) or {}).get("keep_runs")  # the job's own retention (SPEC §13)
+            history.append_record(paths, record, keep_runs)
+            history.prune_logs(paths, job, keep_runs)
         if item.get("on_failure") and record is not None and not hook_log(paths, job, run_id).exists():
             owed.append(OwedHook(job, run_id, record))
             continue

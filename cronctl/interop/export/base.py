@@ -53,4 +53,23 @@ def shared_notes(spec: JobSpec, engine: str) -> list[str]:
     if spec.grace is not None:
         notes.append(f"grace {format_duration(spec.grace)}: {engine} has no lateness check "
                      "(cronctl's `status --stale`)")
+    return notes + operator_notes(spec)
+
+
+# Where each engine keeps what SPEC §13's fields say, for the note that they were not exported.
+_OPERATOR_HOMES = {
+    "user": "the user column of /etc/cron.d, systemd's User=, Kubernetes' securityContext.runAsUser",
+    "env_file": "systemd's EnvironmentFile=, Kubernetes' envFrom",
+    "limits": "ulimit in the command, systemd's Nice=/LimitAS=/LimitCPU=/LimitNOFILE=/LimitNPROC=, "
+              "Kubernetes' resources",
+}
+
+
+def operator_notes(spec: JobSpec) -> list[str]:
+    """user, env_file and limits are not written into exports: say so, and where they go instead."""
+    notes = []
+    for name, value in (("user", spec.user), ("env_file", spec.env_file), ("limits", spec.limits)):
+        if value:
+            shown = ", ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else value
+            notes.append(f"{name} {shown}: not exported; set it in the engine ({_OPERATOR_HOMES[name]})")
     return notes

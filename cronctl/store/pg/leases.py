@@ -197,7 +197,8 @@ class PgLeaseStore:
                 tx.keep_record(done.record)
                 done_list.append((end, done))
             _observe_all(tx.doc, lateness or [])
-        self._prune_logs({str(done.record["job"]) for _, done in done_list if done.record is not None})
+        self._prune_logs({str(done.record["job"]): done.keep_runs for _, done in done_list
+                          if done.record is not None})
         return [done for _, done in done_list]
 
     def _jobs_of(self, ends: list[RunEnd]) -> dict[str, str | None]:
@@ -210,10 +211,11 @@ class PgLeaseStore:
                                                (missing,)).fetchall())
         return found
 
-    def _prune_logs(self, jobs: set[str]) -> None:
+    def _prune_logs(self, jobs: dict[str, int | None]) -> None:
+        """This host's run logs of these jobs, each to its own keep_runs."""
         if self.paths is not None:
             for job in sorted(jobs):
-                history.prune_logs(self.paths, job)
+                history.prune_logs(self.paths, job, jobs[job])
 
     # --- recovery ------------------------------------------------------------------------------
 
