@@ -74,12 +74,23 @@ class PgLeaseStore:
         self.judge_by = judge_by
         self.clock = clock or SystemClock()
         self.paths = paths  # where this host keeps run logs (pruned after a finish); None: none here
+        self.deadline_s: float | None = None  # None: the connection's own (store/pg/deadline.py)
 
     @property
     def conn(self) -> Connection:
         if self._connect_again is not None and (self._conn.broken or self._conn.closed):
             self._conn = self._connect_again()
+            self._apply_deadline()
         return self._conn
+
+    def set_deadline(self, seconds: float) -> None:
+        """Every round trip of this store's connections gets `seconds` (a loop's: a share of its lease)."""
+        self.deadline_s = seconds
+        self._apply_deadline()
+
+    def _apply_deadline(self) -> None:
+        if self.deadline_s is not None and hasattr(self._conn, "deadline_s"):
+            self._conn.deadline_s = self.deadline_s
 
     # --- claim ---------------------------------------------------------------------------
 

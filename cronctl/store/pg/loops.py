@@ -27,6 +27,7 @@ from uuid import UUID
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.deadline import BEAT_DEADLINE_S, deadline
 from cronctl.store.pg.transaction import short_transaction
 
 UNREACHABLE_AFTER_S = 3.0  # three ticks of one second
@@ -95,8 +96,9 @@ def beat(conn: Connection, me: LoopIdentity, skew_s: float, margin_s: float) -> 
     """The heartbeat and what the loop must know, in one statement (see the module doc).
 
     A plain transaction, without `short_transaction`'s limits: they would double the
-    statements of an idle loop, and this one locks nothing but the loop's own row."""
-    with conn.transaction():
+    statements of an idle loop, and this one locks nothing but the loop's own row. Its round
+    trips have the beat's own deadline, shorter than the others' (deadline.py)."""
+    with deadline(conn, BEAT_DEADLINE_S), conn.transaction():
         row = conn.execute(_BEAT, {"loop": me.loop_id, "skew": skew_s, "host": me.host_id,
                                    "pid": str(me.pid), "margin": margin_s}).fetchone()
     assert row is not None
