@@ -486,6 +486,8 @@ class Scheduler:
         clock = self.ctx.clock
         self._last_heal = clock.monotonic()
         if self.cluster is not None:
+            if self.cluster.leases.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
+                self.engine.due.invalidate()
             doc = self.cluster.leases.suspects()
             report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
                                supervised=self.engine.active.keys(), doc=doc)

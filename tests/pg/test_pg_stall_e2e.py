@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,8 @@ jobs:
     every: 2s
     overlap: skip
     {extra}
-    command: "{trap}echo start $CRONCTL_RUN_ID >> {ledger}; flock -n {lock} -c '{trap}sleep 300' || echo overlap $CRONCTL_RUN_ID >> {ledger}"
+    command: "{trap}echo start $CRONCTL_RUN_ID >> {ledger};
+      flock -n {lock} -c '{trap}sleep 300' || echo overlap $CRONCTL_RUN_ID >> {ledger}"
 """
 
 
@@ -190,3 +192,53 @@ def test_import_json_through_a_stalled_store_says_so_as_apply_does(
     assert "did not answer within 5 s; nothing was changed" in done.stderr
     assert "internal error" not in done.stderr
     assert one(store_url, "SELECT count(*) FROM cronctl_jobs") == 0
+
+
+QUICK = """
+jobs:
+""" + "".join(f"""  - name: q{i}
+    every: 5s
+    overlap: skip
+    kill_grace: 1s
+    command: "echo $CRONCTL_JOB $CRONCTL_SLOT >> {{ledger}}"
+""" for i in range(4))
+
+
+def test_a_stall_shorter_than_the_lease_loses_no_slot_held_ahead_and_skips_none_as_overlap(
+        tmp_path: Path, store_url: str, proxy: tuple[StallProxy, str]) -> None:
+    stalling, via = proxy
+    ledger = tmp_path / "ledger"
+    seed(store_url, tmp_path, QUICK.format(ledger=ledger))
+    a = start_host_loop(tmp_path / "a", via, "host-a", "--lease", LEASE)
+    b = None
+    try:
+        wait_until(lambda: len(_ledger(ledger)) >= 4, timeout=60)  # host A at work, alone: it claims ahead
+        # Stall host A while it holds slots claimed ahead (children at their gates, not dispatched);
+        # host B, healthy, comes in beside it.
+        wait_until(lambda: one(store_url, "SELECT 1 FROM cronctl_runs WHERE host_id = 'host-a' AND state = 'claimed'"
+                                          " AND claim ? 'held_until'"), timeout=60, interval=0.01)
+        stalling.stall()
+        stalled = time.monotonic()
+        b = start_host_loop(tmp_path / "b", store_url, "host-b", "--lease", LEASE)
+        time.sleep(max(0.0, stalled + 10.0 - time.monotonic()))  # shorter than the lease (20 s)
+        stalling.resume()
+        seen = len(_ledger(ledger))
+        wait_until(lambda: len(_ledger(ledger)) >= seen + 8, timeout=60)  # both go on
+    finally:
+        codes = [stop(proc) for proc in (a, b) if proc is not None]
+        _kill_every_run(store_url)
+    assert codes == [0, 0]
+    skipped = rows(store_url, "SELECT job, details FROM cronctl_audit WHERE event = 'run.skipped'"
+                              " AND reason = 'overlap'")
+    assert skipped == []  # no slot skipped because of a run that had not started
+    assert one(store_url, "SELECT count(*) FROM cronctl_audit WHERE event = 'claim.reclaimed'"
+                          " AND reason = 'owner_unreachable'") >= 1  # the held claim was taken over
+    by_job: dict[str, list[str]] = {}
+    for line in _ledger(ledger):
+        job, slot = line.split()
+        by_job.setdefault(job, []).append(slot)
+    for job, slots in by_job.items():
+        assert len(slots) == len(set(slots)), (job, slots)  # no slot ran twice
+        instants = sorted(datetime.fromisoformat(slot.replace("Z", "+00:00")) for slot in slots)
+        gaps = [(later - earlier).total_seconds() for earlier, later in zip(instants, instants[1:], strict=False)]
+        assert all(abs(gap - 5.0) < 0.01 for gap in gaps), (job, slots)  # no slot lost between first and last

@@ -46,6 +46,7 @@ from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
 from cronctl.store.pg.fired import drop_fired
 from cronctl.store.pg.lease_fence import renewed_since_judged, restart_leases
 from cronctl.store.pg.schema import LIVE_STATES
+from cronctl.store.pg.takeover import held_by_silent_loops, take_over, without_held
 from cronctl.store.schema import bump_counter, find_claim
 
 JudgeBy = Literal["database", "caller"]
@@ -97,7 +98,9 @@ class PgLeaseStore:
     def claim_due(self, now: datetime, owner: Owner, lease: Lease, capacity: int | None = None) -> ClaimBatch:
         asked = None if self.judge_by == "database" else now
         with self._tx(_DUE, {"now": asked}, skip_locked=True) as tx:
-            batch = claims_mod.claim_due(tx.doc, self._now(tx, now), owner, self._lease(tx, lease), capacity)
+            # A job held ahead by a claim not yet dispatched is left due, never skipped as overlap (takeover.py).
+            batch = claims_mod.claim_due(without_held(tx.doc), self._now(tx, now), owner, self._lease(tx, lease),
+                                         capacity)
             drop_fired(tx.conn, tx.doc, batch)
             tx.events.extend(batch.events)
         return batch
@@ -176,6 +179,17 @@ class PgLeaseStore:
     def renew(self, owner: Owner, runs: dict[str, str], lease: Lease) -> list[str]:
         with self._jobs(list(runs.values())) as tx:
             return claims_mod.renew(tx.doc, owner, runs, self._lease(tx, lease))
+
+    def take_over_held(self) -> list[str]:
+        """Reclaim the claims held ahead by loops gone silent, their slots due again here (takeover.py)."""
+        with self._read():
+            found = held_by_silent_loops(self.conn)
+        taken = []
+        for job, run_id in found:
+            with self._jobs([job], meta=True) as tx:
+                if take_over(tx, job, run_id):
+                    taken.append(run_id)
+        return taken
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int:
         with self._jobs(list(runs.values())) as tx:
