@@ -10,7 +10,7 @@ is being a good member, and this module is that:
 - outages: when the database cannot be reached the loop stops claiming, keeps
   supervising, retries with capped backoff, says so once on stderr, and audits the
   outage when it ends; runs whose lease it could not renew are killed before it
-  expires (the engine's `fence_expiring`);
+  expires (the fence thread, loop/fence.py);
 - the healer's view across hosts (`cluster_liveness`): a pid is judged only on its own
   host and boot; another host's run only by its lease on the database clock plus a margin;
 - kill and force-run requests left in `cronctl_requests` by commands on any host.
