@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from cronctl.errors import UsageError
-from cronctl.loop.fence import SelfFence, check_lease, fence_window, minimum_lease, renew_every
+from cronctl.loop.fence import LeaseTooShortError, SelfFence, check_lease, fence_window, minimum_lease, renew_every
 
 
 def test_the_kill_starts_kill_grace_and_five_seconds_before_the_lease_ends() -> None:
@@ -25,10 +24,11 @@ def test_three_renewals_fit_before_the_kill() -> None:
 def test_a_lease_with_no_room_for_the_fence_is_refused_naming_the_job() -> None:
     assert minimum_lease(10.0) == 18.0
     check_lease(20.0, {"a": 10.0}, 10.0)
-    with pytest.raises(UsageError, match=r"--lease 10s is too short.*job 'slow' has kill_grace 30s.*--lease 38s"):
+    too_short = r"--lease 10s is too short.*job 'slow' has kill_grace 30s.*--lease 38s"
+    with pytest.raises(LeaseTooShortError, match=too_short):
         check_lease(10.0, {"a": 1.0, "slow": 30.0}, 10.0)
     check_lease(9.0, {"quick": 1.0}, 10.0)  # the jobs there are, not the default, say what fits
-    with pytest.raises(UsageError, match=r"kill_grace is 10s.*--lease 18s or more"):
+    with pytest.raises(LeaseTooShortError, match=r"kill_grace is 10s.*--lease 18s or more"):
         check_lease(3.0, {}, 10.0)
 
 

@@ -23,7 +23,7 @@ from cronctl.models import DEFAULT_KILL_GRACE
 
 
 def check_cluster_lease(ctx: Context, lease_s: float) -> None:
-    """UsageError when `--lease` is shorter than the self-fence of some job needs (loop/fence.py)."""
+    """LeaseTooShortError when `--lease` is shorter than the self-fence of some job needs (loop/fence.py)."""
     graces = {view.spec.name: view.spec.kill_grace for view in ctx.leases.jobs()}
     check_lease(lease_s, graces, DEFAULT_KILL_GRACE)
 

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cronctl.errors import UsageError
+from cronctl.errors import CronctlError
 
 # MULTIHOST §4: the kill is done this long before the lease ends, and the other hosts' reclaim
 # margin (loop/cluster.py LEASE_MARGIN_S) is as long again after it.
@@ -50,8 +50,12 @@ def minimum_lease(kill_grace_s: float) -> float:
     return kill_grace_s + RENEWALS_IN_WINDOW * MIN_RENEW_EVERY_S + FENCE_MARGIN_S
 
 
+class LeaseTooShortError(CronctlError):
+    """`--lease` leaves no room for the self-fence (exit 1: nothing was started)."""
+
+
 def check_lease(lease_s: float, kill_graces: dict[str, float], default_grace_s: float) -> None:
-    """UsageError naming the job whose kill_grace the lease leaves no room for (SPEC §9)."""
+    """LeaseTooShortError naming the job whose kill_grace the lease leaves no room for (SPEC §9)."""
     # Without jobs yet, the default kill_grace stands for the jobs to come (a job added later that
     # does not fit is warned about when it runs: SelfFence._warn).
     worst_job, worst = ("", default_grace_s) if not kill_graces else max(
@@ -59,7 +63,7 @@ def check_lease(lease_s: float, kill_graces: dict[str, float], default_grace_s: 
     need = minimum_lease(worst)
     if lease_s < need:
         whose = f"job '{worst_job}' has kill_grace {worst:g}s" if worst_job else f"kill_grace is {worst:g}s"
-        raise UsageError(
+        raise LeaseTooShortError(
             f"--lease {lease_s:g}s is too short on the PostgreSQL store: {whose}, and a run is ended "
             f"kill_grace + {FENCE_MARGIN_S:g}s before its lease runs out, after at least {RENEWALS_IN_WINDOW} "
             f"renewals ({MIN_RENEW_EVERY_S:g}s apart); use --lease {need:g}s or more")

@@ -242,3 +242,13 @@ def test_a_stall_shorter_than_the_lease_loses_no_slot_held_ahead_and_skips_none_
         instants = sorted(datetime.fromisoformat(slot.replace("Z", "+00:00")) for slot in slots)
         gaps = [(later - earlier).total_seconds() for earlier, later in zip(instants, instants[1:], strict=False)]
         assert all(abs(gap - 5.0) < 0.01 for gap in gaps), (job, slots)  # no slot lost between first and last
+
+
+def test_a_lease_with_no_room_for_the_self_fence_is_refused_before_the_loop_starts(
+        tmp_path: Path, store_url: str) -> None:
+    seed(store_url, tmp_path, "jobs:\n  - name: slow\n    every: 1h\n    kill_grace: 30s\n    command: 'true'\n")
+    done = run_cli(tmp_path / "a", store_url, "host-a", "run", "--lease", "20s", timeout=60)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "--lease 20s is too short on the PostgreSQL store: job 'slow' has kill_grace 30s" in done.stderr
+    assert "use --lease 38s or more" in done.stderr
+    assert one(store_url, "SELECT count(*) FROM cronctl_loops") == 0  # nothing announced
