@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.loophelp import processes_with_run_id, stop, wait_until
-from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
+from tests.pg.clusterhelp import CRONCTL, host_env, one, rows, run_cli, seed, start_host_loop
 from tests.pg.stallproxy import StallProxy, stall_proxy
 
 pytestmark = pytest.mark.slow
@@ -252,3 +253,23 @@ def test_a_lease_with_no_room_for_the_self_fence_is_refused_before_the_loop_star
     assert "--lease 20s is too short on the PostgreSQL store: job 'slow' has kill_grace 30s" in done.stderr
     assert "use --lease 38s or more" in done.stderr
     assert one(store_url, "SELECT count(*) FROM cronctl_loops") == 0  # nothing announced
+
+
+def test_import_json_cut_off_mid_transaction_says_so_as_apply_does(
+        tmp_path: Path, store_url: str, proxy: tuple[StallProxy, str]) -> None:
+    cutting, via = proxy
+    home = tmp_path / "json-home"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - name: old\n    every: 1h\n    command: 'true'\n")
+    assert run_cli(home, "", "seed", "apply", "-f", str(jobs)).returncode == 0
+    assert run_cli(tmp_path / "h", via, "seed", "list").returncode == 0
+    cutting.stall_on(b"INSERT INTO cronctl_jobs")
+    importing = subprocess.Popen([*CRONCTL, "--home", str(home), "store", "import-json"],
+                                 env=host_env(via, "seed"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: cutting.stalls == 1, timeout=30)
+    cutting.cut()  # the connection is closed under it (a terminated backend, a restarted pooler)
+    _, err = importing.communicate(timeout=60)
+    assert importing.returncode == 1, err
+    assert "cannot write the PostgreSQL store" in err and "nothing was changed" in err
+    assert "internal error" not in err
+    assert one(store_url, "SELECT count(*) FROM cronctl_jobs") == 0
