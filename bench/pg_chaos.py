@@ -6,8 +6,8 @@ host ($CRONCTL_HOST_ID), with four `overlap: skip` jobs every 0.5, 1, 1.5 and 2 
 
 - kill -9 of a loop (restarted on its host within a second: its runs are reclaimed there
   as `owner_dead`);
-- SIGSTOP of a loop for 0.5-20 s (its leases run out: another host reclaims its runs,
-  and its late finishes must be rejected as stale, `run.fenced`);
+- SIGSTOP of a loop for 0.5-40 s (most outlast the lease plus margin, 14 s: another host
+  reclaims its runs, and its late finishes must be rejected as stale, `run.fenced`);
 - a stall of a loop's network for 0.5-90 s: each loop reaches PostgreSQL through its own
   proxy (tests/pg/stallproxy.py), which stops forwarding but keeps every socket open (the
   loop's round-trip deadlines and self-fence must keep its runs from overlapping the
@@ -65,7 +65,7 @@ JOB_SCRIPT = (
     '|| echo "overlap $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"; '
     'echo "end $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"'
 )
-ACTIONS = (("kill", 3), ("stop", 3), ("stall", 2), ("terminate", 3), ("restart_fast", 0.5),
+ACTIONS = (("kill", 3), ("stop", 4), ("stall", 2), ("terminate", 3), ("restart_fast", 0.5),
            ("restart_immediate", 0.5))
 
 
@@ -165,7 +165,7 @@ class Chaos:
         host.start()
 
     def _stop(self, host: Host) -> None:
-        host.stop_for(self.rng.uniform(0.5, 20.0))
+        host.stop_for(self.rng.uniform(0.5, 40.0))
 
     def _stall(self, host: Host) -> None:
         host.stall_for(self.rng.uniform(0.5, 90.0))
