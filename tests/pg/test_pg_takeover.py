@@ -96,3 +96,15 @@ def test_a_job_held_by_a_claim_not_yet_dispatched_is_left_due_not_skipped_as_ove
 
 def test_the_takeover_counts_silence_in_the_same_ticks_as_status() -> None:
     assert takeover.UNREACHABLE_AFTER_S == loops.UNREACHABLE_AFTER_S
+
+
+def test_a_forced_run_of_a_silent_loop_taken_over_is_recorded_not_started(connections: object) -> None:
+    conn_a, conn_b = connections(), connections()  # type: ignore[operator]
+    a, b = PgLeaseStore(conn_a, "host-a"), PgLeaseStore(conn_b, "host-b")
+    loop_a = _loop(conn_a, OWNER_A, "host-a")
+    _define(conn_a, "adhoc", in_s=3600, every_s=3600)
+    [new] = a.claim_force("adhoc", SystemClock().now(), OWNER_A, _lease()).claims
+    _silence(conn_a, loop_a)
+    assert b.take_over_held() == [new.run_id]
+    assert one(conn_b, "SELECT state FROM cronctl_runs WHERE run_id = %s", new.run_id) == "not_started"
+    assert ("claim.reclaimed", takeover.OWNER_UNREACHABLE) in audit_events(conn_b, "adhoc")

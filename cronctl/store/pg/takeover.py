@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from cronctl.models import AuditEvent, Overlap, RunStatus
-from cronctl.store.claims import Event
+from cronctl.store.claims import Event, Owner
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction
 from cronctl.store.schema import bump_counter, find_claim
@@ -70,6 +70,8 @@ def take_over(tx: DocTransaction, job: str, run_id: str) -> bool:
         return False
     if tx.conn.execute(_STILL, (run_id,)).fetchone() is None:
         return False  # it beat again, or dispatched, while we waited for the lock
+    if claim.get("trigger") == "force":
+        return _record_not_started(tx, job, run_id, claim)  # whoever forced it learns nothing ran
     state = tx.doc["jobs"][job]["state"]
     state["claims"].pop(run_id, None)
     if claim.get("trigger") == "schedule":
@@ -81,6 +83,20 @@ def take_over(tx: DocTransaction, job: str, run_id: str) -> bool:
         "owner_pid": claim["owner"].get("pid"), "owner_host": claim["owner"].get("host"),
         "next_run_at": state.get("next_run_at"),
     }))
+    return True
+
+
+def _record_not_started(tx: DocTransaction, job: str, run_id: str, claim: dict[str, Any]) -> bool:
+    """A forced run has no slot to fire again: it is ended `not_started`, recorded, as any reclaim."""
+    from cronctl.store.leases import reclaim_claim
+
+    reclaimed = reclaim_claim(tx.doc, job, run_id, Owner.from_dict(claim["owner"]), OWNER_UNREACHABLE,
+                              tx.db_now, 0)
+    if reclaimed is None:
+        return False
+    done, rows = reclaimed
+    tx.events.extend(rows)
+    tx.keep_record(done.record)
     return True
 
 
