@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 
 import psycopg
 import pytest
 
+from cronctl.clock import FakeClock
 from cronctl.store.pg.connect import connect, parse_store_url
 from cronctl.store.pg.deadline import StoreDeadlineError, deadline, deadline_for
 from tests.pg.stallproxy import stall_proxy
@@ -75,3 +77,25 @@ def test_the_deadline_is_five_seconds_at_most_a_quarter_of_the_lease() -> None:
     assert deadline_for(None) == 5.0
     assert deadline_for(60.0) == 5.0
     assert deadline_for(12.0) == 3.0
+
+
+class _SlowRoundTrips(FakeClock):
+    """Each monotonic reading is 3 s after the last: every round trip looks 3 s long (a stall that ended)."""
+
+    def monotonic(self) -> float:
+        self.advance(3.0)
+        return super().monotonic()
+
+
+def test_a_slow_round_trip_never_feeds_the_skew(conn: psycopg.Connection) -> None:
+    from cronctl.loop.cluster import ClusterMember
+    from cronctl.store.pg.leases import PgLeaseStore
+
+    clock = _SlowRoundTrips(datetime.now(timezone.utc))
+    member = ClusterMember(PgLeaseStore(conn, "host-a", clock=clock), clock, "host-a", "boot-a", 4242, 1.0, "/h")
+    member.register()
+    assert member.beat()
+    assert member.skew_s == 0.0  # not measured: a 3 s round trip says nothing about the clocks
+    with conn.transaction():
+        skewed = conn.execute("SELECT count(*) FROM cronctl_audit WHERE event = 'cluster.clock_skew'").fetchone()
+    assert skewed == (0,)
