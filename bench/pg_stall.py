@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -134,8 +135,11 @@ def main() -> None:
     try:
         for index in range(args.rounds):
             work = Path(tempfile.mkdtemp(prefix="cronctl-stall-"))
-            for key, value in {**fence_round(server, work, index), **sigterm_round(server, work, index)}.items():
-                figures.setdefault(key, []).append(value)
+            try:
+                for key, value in {**fence_round(server, work, index), **sigterm_round(server, work, index)}.items():
+                    figures.setdefault(key, []).append(value)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     finally:
         pgserver.stop(server.data_dir)
     summary: dict[str, Any] = {key: {"median": round(statistics.median(values), 2), "min": round(min(values), 2),
