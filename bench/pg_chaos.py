@@ -6,8 +6,12 @@ host ($CRONCTL_HOST_ID), with four `overlap: skip` jobs every 0.5, 1, 1.5 and 2 
 
 - kill -9 of a loop (restarted on its host within a second: its runs are reclaimed there
   as `owner_dead`);
-- SIGSTOP of a loop for 0.5-20 s (its leases run out: another host reclaims its runs,
-  and its late finishes must be rejected as stale, `run.fenced`);
+- SIGSTOP of a loop for 0.5-40 s (most outlast the lease plus margin, 14 s: another host
+  reclaims its runs, and its late finishes must be rejected as stale, `run.fenced`);
+- a stall of a loop's network for 0.5-90 s: each loop reaches PostgreSQL through its own
+  proxy (tests/pg/stallproxy.py), which stops forwarding but keeps every socket open (the
+  loop's round-trip deadlines and self-fence must keep its runs from overlapping the
+  copies other hosts start after reclaiming them);
 - `pg_terminate_backend` of a loop's connection;
 - a fast, or an immediate (crash), restart of PostgreSQL.
 
@@ -50,8 +54,9 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from tests import pgserver  # noqa: E402
+from tests.pg.stallproxy import StallProxy  # noqa: E402
 
-LEASE_S = 3.0
+LEASE_S = 9.0  # the shortest the jobs' kill_grace (1 s) allows: 1 + 3 renewals + 5 (loop/fence.py)
 MARGIN_S = 5.0
 JOBS = (("c05", "500ms", 0.1), ("c1", "1s", 0.4), ("c15", "1500ms", 0.3), ("c2", "2s", 1.0))
 JOB_SCRIPT = (
@@ -60,7 +65,8 @@ JOB_SCRIPT = (
     '|| echo "overlap $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"; '
     'echo "end $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"'
 )
-ACTIONS = (("kill", 3), ("stop", 3), ("terminate", 3), ("restart_fast", 0.5), ("restart_immediate", 0.5))
+ACTIONS = (("kill", 3), ("stop", 4), ("stall", 2), ("terminate", 3), ("restart_fast", 0.5),
+           ("restart_immediate", 0.5))
 
 
 def cronctl() -> list[str]:
@@ -85,6 +91,13 @@ class Host:
     url: str
     proc: subprocess.Popen[bytes] | None = None
     stopped_until: float | None = None  # SIGSTOPped until this monotonic instant
+    proxy: StallProxy | None = None  # its way to the database (self.url goes through it)
+    stalled_until: float | None = None  # its network stalled until this monotonic instant
+
+    @property
+    def busy(self) -> bool:
+        """Stopped or stalled: left alone until it is back."""
+        return self.stopped_until is not None or self.stalled_until is not None
 
     def start(self) -> None:
         env = {**os.environ, "CRONCTL_STORE": self.url, "CRONCTL_HOST_ID": self.name,
@@ -106,11 +119,20 @@ class Host:
         self.proc.send_signal(signal.SIGSTOP)
         self.stopped_until = time.monotonic() + seconds
 
+    def stall_for(self, seconds: float) -> None:
+        assert self.proxy is not None
+        self.proxy.stall()
+        self.stalled_until = time.monotonic() + seconds
+
     def wake_if_due(self, force: bool = False) -> None:
         if self.stopped_until is not None and (force or time.monotonic() >= self.stopped_until):
             assert self.proc is not None
             self.proc.send_signal(signal.SIGCONT)
             self.stopped_until = None
+        if self.stalled_until is not None and (force or time.monotonic() >= self.stalled_until):
+            assert self.proxy is not None
+            self.proxy.resume()
+            self.stalled_until = None
 
 
 @dataclass
@@ -130,8 +152,8 @@ class Chaos:
             kind = "terminate"  # let the database serve a while between restarts
         # A stopped loop is left alone until it wakes (else its stop would rarely outlast its
         # lease, and its stale writes would never be tried); one loop always runs.
-        running = [host for host in self.hosts if host.stopped_until is None]
-        if kind == "stop" and len(running) < 2:
+        running = [host for host in self.hosts if not host.busy]
+        if kind in ("stop", "stall") and len(running) < 2:
             kind = "terminate"
         host = self.rng.choice(running)
         getattr(self, f"_{kind}")(host)
@@ -143,7 +165,10 @@ class Chaos:
         host.start()
 
     def _stop(self, host: Host) -> None:
-        host.stop_for(self.rng.uniform(0.5, 20.0))
+        host.stop_for(self.rng.uniform(0.5, 40.0))
+
+    def _stall(self, host: Host) -> None:
+        host.stall_for(self.rng.uniform(0.5, 90.0))
 
     def _terminate(self, host: Host) -> None:
         assert host.proc is not None
@@ -187,7 +212,10 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
     ledger, locks = work / "ledger", work / "locks"
     locks.mkdir()
     started = time.monotonic()
-    hosts = [Host(f"h{index}", work / f"h{index}", server.url) for index in range(loops)]
+    port = int(server.url.split("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[1])
+    proxies = [StallProxy("127.0.0.1", port) for _ in range(loops)]
+    hosts = [Host(f"h{index}", work / f"h{index}", proxy.url_for(server.url), proxy=proxy)
+             for index, proxy in enumerate(proxies)]
     try:
         seed_jobs(server.url, work, ledger, locks)
         for host in hosts:
@@ -215,6 +243,8 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
             if host.proc is not None and host.proc.poll() is None:
                 host.wake_if_due(force=True)
                 host.proc.kill()
+        for proxy in proxies:
+            proxy.close()
         if own_server and not keep:
             pgserver.stop(server.data_dir)
         elif keep:

@@ -10,7 +10,7 @@ is being a good member, and this module is that:
 - outages: when the database cannot be reached the loop stops claiming, keeps
   supervising, retries with capped backoff, says so once on stderr, and audits the
   outage when it ends; runs whose lease it could not renew are killed before it
-  expires (the engine's `fence_expiring`);
+  expires (the fence thread, loop/fence.py);
 - the healer's view across hosts (`cluster_liveness`): a pid is judged only on its own
   host and boot; another host's run only by its lease on the database clock plus a margin;
 - kill and force-run requests left in `cronctl_requests` by commands on any host.
@@ -35,6 +35,7 @@ from cronctl.proc.identity import ProcIdentity, is_alive
 from cronctl.store.pg import loops, requests
 from cronctl.store.pg.connect import StoreUnreachableError
 from cronctl.store.pg.dbclock import SKEW_AUDIT_THRESHOLD_S
+from cronctl.store.pg.deadline import StoreDeadlineError
 from cronctl.store.pg.leases import PgLeaseStore
 from cronctl.store.pg.loops import LoopIdentity
 from cronctl.timefmt import from_iso
@@ -49,7 +50,11 @@ SWEEP_EVERY_S = 10.0
 # Retries after a failed beat: 0.1 s doubling to this cap, so a database that is back is
 # seen within it (SPEC §9: a loop reconnects within 5 s).
 BACKOFF_CAP_S = 2.0
-OUTAGE_ERRORS = (psycopg.Error, StoreUnreachableError)
+# A round trip past its deadline (store/pg/deadline.py) is an outage like a refused connection.
+OUTAGE_ERRORS = (psycopg.Error, StoreUnreachableError, StoreDeadlineError)
+# SPEC §9: skew is measured only from round trips shorter than this; a slow one (a stall that
+# ended, a busy server) says more about the network than about the clocks.
+SKEW_ROUND_TRIP_MAX_S = 0.5
 
 
 class ClusterDueIndex:
@@ -168,7 +173,8 @@ class ClusterMember:
             self._lost(mono, exc)
             return False
         round_trip = self.clock.monotonic() - mono
-        self._measured(beat.db_now, wall_before + timedelta(seconds=round_trip / 2), round_trip)
+        if round_trip < SKEW_ROUND_TRIP_MAX_S:
+            self._measured(beat.db_now, wall_before + timedelta(seconds=round_trip / 2), round_trip)
         self._back(mono)
         self.due.feed(beat)
         self.requests_waiting = beat.requests_waiting

@@ -21,8 +21,10 @@ from typing import Any, Callable, Protocol
 
 from cronctl.context import Context
 from cronctl.jobs.state import JobView
+from cronctl.loop import fence as fence_mod
 from cronctl.loop import held as held_mod
 from cronctl.loop.due import DueIndex
+from cronctl.loop.fence import SelfFence
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
 from cronctl.loop.held import ActiveRun, HeldRun
 from cronctl.loop.on_failure import on_failure_request
@@ -112,10 +114,10 @@ class Engine:
         self._pending = _Pending()
         # The next instants to act at: from the JSON document, or (loop/cluster.py) from PostgreSQL.
         self.due: DueSource = due or DueIndex(ctx.store)
-        # When each supervised run's lease was last granted (monotonic), and the runs this
-        # loop ended itself because it could not renew them (fence_expiring).
-        self._leased_at: dict[str, float] = {}
-        self._self_fenced: set[str] = set()
+        # On PostgreSQL, the thread that ends runs whose lease the database has not confirmed
+        # in time (loop/fence.py); the engine tells it each confirmation. None: no self-fence.
+        self.fence: SelfFence | None = None
+        self._claim_began = ctx.clock.monotonic()  # when the last claim's round trip began
         self.held: dict[str, HeldRun] = {}
         # Runs handed back before their gate opened: their not_started result is no news.
         self._discarded: set[str] = set()
@@ -143,6 +145,7 @@ class Engine:
             self.wake.set()
 
     def lease(self) -> Lease:
+        self._claim_began = self.ctx.clock.monotonic()  # a lease granted now is confirmed from now at best
         return Lease(self.ctx.clock.monotonic() + self.options.lease,
                      self.ctx.clock.now() + timedelta(seconds=self.options.lease))
 
@@ -272,6 +275,7 @@ class Engine:
         started = self.ctx.clock.monotonic()
         gates = [self._gate_of(held) for held in due]
         kept_ids = set(self.ctx.leases.release_held(self.owner, gates, self._lateness))
+        self._confirm(sorted(kept_ids), started)  # the dispatch restarted their leases
         self._lateness.clear()
         self.due.invalidate()
         self._release_write = self.ctx.clock.monotonic() - started
@@ -330,7 +334,15 @@ class Engine:
 
     def cancel_held(self, why: str) -> int:
         """Hand back every held run whose gate has not opened (the loop stops): nothing of them ran."""
-        back = [h for h in list(self.held.values()) if self.supervisor.cancel_gate(h.run_id)]
+        return self.hand_back(self.close_held_gates(), why)
+
+    def close_held_gates(self) -> list[HeldRun]:
+        """The held runs whose gate this cancelled before it opened (certain nothing of them ran).
+        No store write: safe from another thread while the tick thread waits on the store."""
+        return [h for h in list(self.held.values()) if self.supervisor.cancel_gate(h.run_id)]
+
+    def hand_back(self, back: list[HeldRun], why: str) -> int:
+        """Give the claims of these cancelled held runs back to the store (their slots fire again)."""
         if not back:
             return 0
         self.ctx.leases.unhold([Unhold(h.job, h.run_id, h.advanced_to) for h in back], why)
@@ -339,10 +351,18 @@ class Engine:
             self._discard(held.run_id)
         return len(back)
 
+    def end_quiet(self) -> None:
+        """Results are recorded now, whatever burst was starting (the loop stops)."""
+        self._quiet_until = None
+
+    def discard(self, run_id: str) -> None:
+        """Forget a run handed back before its gate opened: its not_started result is no news."""
+        self._discard(run_id)
+
     def _discard(self, run_id: str) -> None:
         self.held.pop(run_id, None)
         self.active.pop(run_id, None)
-        self._leased_at.pop(run_id, None)
+        self._forget_lease(run_id)
         self._discarded.add(run_id)
         self.supervisor.cancel_gate(run_id)
 
@@ -356,7 +376,7 @@ class Engine:
         spawned = self._spawn_all(batch.claims)
         if not spawned:
             return
-        now = self.ctx.clock.now()
+        now, began = self.ctx.clock.now(), self.ctx.clock.monotonic()
         try:
             kept = self.ctx.leases.mark_dispatched(self.owner, spawned, now)
         except BaseException:
@@ -367,6 +387,7 @@ class Engine:
                 self.supervisor.cancel_gate(run.run_id)
             raise
         kept_ids = {run.run_id for run in kept}
+        self._confirm(sorted(kept_ids), began)  # the dispatch restarted their leases
         for run in spawned:
             if run.run_id not in kept_ids:
                 self.supervisor.cancel_gate(run.run_id)
@@ -421,7 +442,7 @@ class Engine:
             return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
                                             str(log_path))
-        self._leased_at[new.run_id] = self.ctx.clock.monotonic()  # claimed just before, with its lease
+        self._confirm([new.run_id], self._claim_began)  # its lease began with the claim's round trip
         spawned.append(Dispatched(new.job, new.run_id, child.pid, child.start_time, self.ctx.clock.monotonic()))
 
     # --- results -------------------------------------------------------------------
@@ -460,8 +481,7 @@ class Engine:
         for result in results:
             self.active.pop(result.run_id, None)
             self.held.pop(result.run_id, None)
-            self._leased_at.pop(result.run_id, None)
-            self._self_fenced.discard(result.run_id)
+            self._forget_lease(result.run_id)
         for run, done in zip(runs, finished, strict=True):
             self._after_finish(run, done)
         return len(results)
@@ -535,33 +555,33 @@ class Engine:
 
     def renew_if_due(self, force: bool = False) -> None:
         mono = self.ctx.clock.monotonic()
-        if not self.active or (not force and mono - self._last_renew < self.options.renew_every):
+        if not self.active or (not force and mono - self._last_renew < self._renew_every()):
             return
         self._last_renew = mono
         runs = {r: a.job for r, a in self.active.items()}
         lost = self.ctx.leases.renew(self.owner, runs, self.lease())
-        self._leased_at.update(dict.fromkeys(runs, mono))
+        self._confirm([run_id for run_id in runs if run_id not in lost], mono)
         for run_id in lost:
             # Someone (an operator's resume, a healer) took the claim away: stop the work we no longer own.
             self.supervisor.kill(run_id, "claim_released")
 
-    def fence_expiring(self, before_s: float = 1.0) -> list[str]:
-        """Self-fence (SPEC §9): the store cannot be reached to renew, so end every run whose
-        lease runs out within `before_s`, before another loop may reclaim it and run its job
-        again. A run still at its gate is cancelled there: nothing of it ran."""
-        mono = self.ctx.clock.monotonic()
-        expiring = [run_id for run_id in self.active if run_id not in self._self_fenced
-                    and mono - self._leased_at.get(run_id, mono) >= self.options.lease - before_s]
-        for run_id in expiring:
-            self._self_fenced.add(run_id)
-            if run_id in self.held and not self.held[run_id].released:
-                self.supervisor.cancel_gate(run_id)
-            else:
-                self.supervisor.kill(run_id, "self_fenced")
-            run = self.active[run_id]
-            print(f"cronctl: warning: run {run_id} of {run.job} ended: its lease could not be renewed "
-                  "(self-fence)", file=sys.stderr, flush=True)
-        return expiring
+    def _renew_every(self) -> float:
+        """A third of the lease; with a self-fence, often enough that three renewals fit before its kill."""
+        if self.fence is None:
+            return self.options.renew_every
+        grace = max((run.spec.kill_grace for run in self.active.values()), default=0.0)
+        return fence_mod.renew_every(self.options.lease, grace)
+
+    def _confirm(self, run_ids: list[str], since_mono: float) -> None:
+        """The database confirmed these runs' leases in a round trip begun at `since_mono`."""
+        if self.fence is None:
+            return
+        self.fence.confirmed({run_id: (run.job, run.spec.kill_grace) for run_id in run_ids
+                              if (run := self.active.get(run_id)) is not None}, since_mono)
+
+    def _forget_lease(self, run_id: str) -> None:
+        if self.fence is not None:
+            self.fence.forget(run_id)
 
     def adopt(self, new_owner: Owner) -> int:
         """A new generation takes over the runs this process still supervises."""

@@ -210,6 +210,9 @@ class Scheduler:
         could not start never looks like one that started and crashed."""
         if self.ctx.on_postgres:
             self.ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
+            from cronctl.loop.cluster_life import check_cluster_lease
+
+            check_cluster_lease(self.ctx, self.options.lease)
         else:
             # A corrupt store: StoreCorruptError, its message names the file and the fix. The engine
             # starts from this read (`_first_due`): parsed once before the first tick, not twice.
@@ -231,6 +234,10 @@ class Scheduler:
                                    due=self.cluster.due if self.cluster else self._first_due)
         self.supervisor = self.engine.supervisor
         self.supervisor.start()
+        if self.cluster is not None:
+            from cronctl.loop.cluster_life import start_self_fence
+
+            self.engine.fence = start_self_fence(self.engine, self.options.lease, self.ctx.clock.monotonic)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
                               file=str(self.options.file) if self.options.file else None,
                               previous_pid=(previous or {}).get("pid"),
@@ -263,6 +270,9 @@ class Scheduler:
         leases = self.ctx.leases
         assert isinstance(leases, PgLeaseStore)
         start = self.identity.start_time if self.identity else 0.0
+        from cronctl.store.pg.deadline import deadline_for
+
+        leases.set_deadline(deadline_for(self.options.lease))  # SPEC §9: 5 s, at most a quarter of the lease
         member = ClusterMember(leases, self.ctx.clock, host_id(), self.boot, os.getpid(), start,
                                str(self.ctx.paths.home), say=self._say)
         member.register()
@@ -296,6 +306,9 @@ class Scheduler:
     def _stop(self) -> None:
         self.role = "stopping"
         self.service.stopping()
+        if self.cluster is not None:
+            self._stop_in_cluster()
+            return
         gen = self.generation
         if gen is not None:
             gen.stop.set()
@@ -311,6 +324,28 @@ class Scheduler:
         self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
                               generation=gen.id if gen else None, runs_stopped=stopped, reason="signal")
         self._say(f"cronctl: loop stopped ({stopped} running run(s) ended and recorded)")
+
+    def _stop_in_cluster(self) -> None:
+        """On PostgreSQL: runs end within their kill_grace even while the store does not answer
+        (loop/cluster_life.py); the loop's last rows are written only if it does."""
+        from cronctl.loop.cluster_life import stop_cluster_loop
+        from cronctl.store.pg.deadline import deadline_for
+
+        assert self.engine is not None and self.cluster is not None
+        gen = self.generation
+        if gen is not None:
+            gen.stop.set()
+        self.wake.set()
+        done = stop_cluster_loop(self.engine, self.cluster, gen.thread if gen else None, self.tick_lock,
+                                 join_s=deadline_for(self.options.lease) + 1.0)
+        self._write_heartbeat(stopped_cleanly=True)
+        if done.store_answered:
+            self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
+                                  generation=gen.id if gen else None, runs_stopped=done.recorded, reason="signal")
+            self._say(f"cronctl: loop stopped ({done.recorded} running run(s) ended and recorded)")
+        else:
+            self._say("cronctl: loop stopped; its runs were ended, and what the store did not record is "
+                      "reclaimed by the other loops")
 
     def request_stop(self) -> None:
         self.stop_event.set()
@@ -421,12 +456,11 @@ class Scheduler:
         """On PostgreSQL: one beat, then heal and serve only when it says so, then the engine's tick.
 
         While the database is out of reach nothing is claimed or written: results wait in
-        the engine's queue, and runs whose lease would run out are ended (self-fence).
+        the engine's queue, and runs whose lease would run out are ended by the fence thread.
         """
         assert self.engine is not None
         if not cluster.beat():
-            self.engine.fence_expiring()
-            return 0.5
+            return 0.5  # runs whose lease cannot be renewed are ended by the fence thread (loop/fence.py)
         if cluster.needs_healing:
             self._heal()
             cluster.healed()
@@ -452,6 +486,8 @@ class Scheduler:
         clock = self.ctx.clock
         self._last_heal = clock.monotonic()
         if self.cluster is not None:
+            if self.cluster.leases.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
+                self.engine.due.invalidate()
             doc = self.cluster.leases.suspects()
             report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
                                supervised=self.engine.active.keys(), doc=doc)

@@ -18,6 +18,7 @@ from cronctl.store.pg.connect import connect
 from cronctl.store.pg.identity import host_id
 from cronctl.store.pg.importer import Imported, import_document
 from cronctl.store.pg.schema import ensure_schema
+from cronctl.store.pg.writes import told_failures
 from cronctl.store.schema import claims_of
 
 
@@ -40,7 +41,8 @@ def import_json(ctx: Context, source: Path | None, replace: bool) -> ImportRepor
         raise ConflictError(f"runs in flight in {paths.home}: {'; '.join(in_flight)}; stop its loop and let them "
                             "end (or 'cronctl kill') before importing")
     records = history.read_records(paths, None)
-    with connect(ctx.store_url) as conn:
+    # A lost connection or a silent database is told as `apply` tells it, never as an internal error.
+    with told_failures(ctx.store_url) as stage, connect(ctx.store_url) as conn:
         ensure_schema(conn)
-        imported = import_document(conn, dict(doc), records, host_id(), replace)
+        imported = import_document(conn, dict(doc), records, host_id(), replace, stage)
     return ImportReport(paths.home, ctx.store_url.shown, imported)

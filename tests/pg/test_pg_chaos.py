@@ -1,6 +1,6 @@
 """The chaos test of SPEC §9 (issue 11): three loops playing hosts on one PostgreSQL store,
-200 random faults (kill -9, SIGSTOP of 0.5-20 s, pg_terminate_backend of a loop's
-connection, fast and immediate database restarts), checked against the ledger every run
+200 random faults (kill -9, SIGSTOP of 0.5-40 s, network stalls of 0.5-90 s,
+pg_terminate_backend of a loop's connection, fast and immediate database restarts), checked against the ledger every run
 writes. bench/pg_chaos.py is the same run, larger (`--actions 1000`); its docstring says
 what each total means."""
 

@@ -188,8 +188,16 @@ def test_an_overlap_skip_job_has_one_live_run_across_hosts(connections: Callable
     [first] = claim(store(conn_a, "host-a"), SLOT)
     host_b = store(conn_b, "host-b")
     assert claim(host_b, SLOT + timedelta(minutes=1), OWNER_B) == []
-    assert audit_events(conn_b, "report")[-1] == ("run.skipped", "overlap")
-    run_to_success(store(conn_a, "host-a"), first, SLOT + timedelta(seconds=30))
+    # A's run has not started (its claim is not dispatched): the slot is left due, not skipped
+    # as overlap because of it (store/pg/takeover.py).
+    assert ("run.skipped", "overlap") not in audit_events(conn_b, "report")
+    child = Dispatched(first.job, first.run_id, 40_000, 1.0, 5_000.0)
+    host_a = store(conn_a, "host-a")
+    assert host_a.mark_dispatched(OWNER_A, [child], SLOT + timedelta(seconds=30)) == [child]
+    assert claim(host_b, SLOT + timedelta(minutes=1, seconds=1), OWNER_B) == []
+    assert audit_events(conn_b, "report")[-1] == ("run.skipped", "overlap")  # now it runs: skipped
+    [done] = host_a.finish_many(OWNER_A, [RunEnd(first.run_id, SUCCESS, first.job)], SLOT + timedelta(seconds=40))
+    assert not done.fenced
     [second] = claim(host_b, SLOT + timedelta(minutes=2), OWNER_B)
     assert one(conn_b, "SELECT array_agg(host_id || ':' || state ORDER BY fence) FROM cronctl_runs") == [
         "host-a:success", "host-b:claimed"]

@@ -35,6 +35,7 @@ jobs:
   - name: long
     every: 2s
     overlap: skip
+    kill_grace: 1s
     command: "echo start $CRONCTL_RUN_ID >> {oracle}; sleep 300"
 """
 
@@ -78,20 +79,20 @@ def _kill_loop_and_children(proc: object, run_id: str) -> None:
 def test_a_dead_hosts_run_is_reclaimed_by_another_host_after_its_lease(tmp_path: Path, store_url: str) -> None:
     oracle = tmp_path / "oracle.txt"
     seed(store_url, tmp_path, LONG.format(oracle=oracle))
-    a = start_host_loop(tmp_path / "a", store_url, "host-a", "--lease", "3s")
+    a = start_host_loop(tmp_path / "a", store_url, "host-a", "--lease", "9s")  # the shortest kill_grace 1s allows
     b = None
     try:
         run_id = wait_until(lambda: _running_run(store_url, "host-a"), timeout=60)
         _kill_loop_and_children(a, run_id)
         died = time.monotonic()
-        b = start_host_loop(tmp_path / "b", store_url, "host-b", "--lease", "3s")
+        b = start_host_loop(tmp_path / "b", store_url, "host-b", "--lease", "9s")
         reason = wait_until(lambda: one(store_url, "SELECT reason FROM cronctl_audit WHERE event = 'claim.reclaimed'"
                                                    " AND run_id = %s", run_id), timeout=90)
         took = time.monotonic() - died
         assert reason == "lease_expired"
-        assert took >= 3.0  # never before the lease ran out (3 s) on the database clock
-        # lease 3 s + margin 5 s + 1 tick; generous for a loaded machine (bench/ has the tight figure)
-        assert took <= 3 + 5 + 1 + 20
+        assert took >= 9.0  # never before the lease ran out (9 s) on the database clock
+        # lease 9 s + margin 5 s + 1 tick; generous for a loaded machine (bench/ has the tight figure)
+        assert took <= 9 + 5 + 1 + 20
         assert one(store_url, "SELECT state FROM cronctl_runs WHERE run_id = %s", run_id) == "lost"
         assert one(store_url, "SELECT host_id FROM cronctl_audit WHERE event = 'claim.reclaimed'"
                               " AND run_id = %s", run_id) == "host-b"
@@ -153,6 +154,7 @@ jobs:
   - name: long
     every: 1h
     overlap: skip
+    kill_grace: 1s
     command: "echo start $CRONCTL_RUN_ID >> {oracle}; sleep 300"
 """
 
@@ -213,7 +215,7 @@ def test_a_loop_cut_off_from_the_database_ends_its_runs_before_their_leases_run_
     server = own_server
     oracle = tmp_path / "oracle.txt"
     seed(server.url, tmp_path, HOURLY_LONG.format(oracle=oracle))
-    loop = start_host_loop(tmp_path / "a", server.url, "host-a", "--lease", "4s")
+    loop = start_host_loop(tmp_path / "a", server.url, "host-a", "--lease", "9s")
     try:
         wait_until(lambda: one(server.url, "SELECT count(*) FROM cronctl_loops"), timeout=60)
         assert run_cli(tmp_path / "b", server.url, "host-b", "force-run", "long").returncode == 0
@@ -222,9 +224,9 @@ def test_a_loop_cut_off_from_the_database_ends_its_runs_before_their_leases_run_
         pgserver.shut_down(server, "fast")
         cut = time.monotonic()
         wait_until(lambda: not processes_with_run_id(run_id), timeout=30)
-        # Before another host may reclaim it: lease (4 s) + margin (5 s) after its last renewal,
-        # which was before the cut (generous for a loaded machine: it is ended at lease - 1 s).
-        assert time.monotonic() - cut < 4.0 + 5.0
+        # Before another host may reclaim it: lease (9 s) + margin (5 s) after its last renewal,
+        # which was before the cut (SIGTERM at lease - kill_grace - 5 s, SIGKILL at lease - 5 s).
+        assert time.monotonic() - cut < 9.0 + 5.0
         pgserver.start_again(server)
         state = wait_until(lambda: one(server.url, "SELECT state FROM cronctl_runs WHERE run_id = %s"
                                                    " AND state NOT IN ('claimed', 'running')", run_id),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -20,6 +21,7 @@ from psycopg.rows import TupleRow
 
 from cronctl.clock import Clock
 from cronctl.errors import StoreError
+from cronctl.store.pg.deadline import DEFAULT_DEADLINE_S, DeadlineConnection
 from cronctl.store.pg.redact import redact
 
 STORE_ENV = "CRONCTL_STORE"
@@ -29,6 +31,9 @@ CONNECT_TIMEOUT_S = 3
 # A peer that vanishes mid-statement (partition) is given up after this long, not after
 # the kernel's TCP retransmission timeout of many minutes.
 TCP_USER_TIMEOUT_MS = 10_000
+# Real packet loss on an idle connection is found within idle + interval x count (5 + 2 x 3 s),
+# not the kernel's two hours; a stalled peer that still ACKs is the round-trip deadline's (deadline.py).
+KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
 
 Connection = psycopg.Connection[TupleRow]
 
@@ -102,17 +107,21 @@ def store_url_from(option: str | None, env: Mapping[str, str]) -> StoreUrl | Non
     return parse_store_url(text) if text else None
 
 
-def connect(url: StoreUrl, timeout_s: int = CONNECT_TIMEOUT_S) -> Connection:
-    """One connection, autocommit off: every unit of work is an explicit, short transaction."""
+def connect(url: StoreUrl, timeout_s: int = CONNECT_TIMEOUT_S, deadline_s: float = DEFAULT_DEADLINE_S) -> Connection:
+    """One connection, autocommit off: every unit of work is an explicit, short transaction,
+    and every round trip of it has `deadline_s` (store/pg/deadline.py)."""
     try:
-        return psycopg.connect(
+        conn = DeadlineConnection.connect(
             url.raw,
             autocommit=False,
             prepare_threshold=None,
             connect_timeout=timeout_s,
             application_name=f"{APPLICATION_NAME} pid {os.getpid()}",  # which process, in pg_stat_activity
             tcp_user_timeout=TCP_USER_TIMEOUT_MS,
+            **KEEPALIVES,
         )
+        conn.deadline_s = deadline_s
+        return conn
     except psycopg.Error as exc:
         raise StoreUnreachableError(f"cannot reach the PostgreSQL store {url.shown}: "
                                     f"{url.redact(str(exc).strip())}") from None

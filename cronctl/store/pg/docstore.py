@@ -56,6 +56,7 @@ from cronctl.store.pg.document import (
 )
 from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.pg.transaction import Limits, short_transaction
+from cronctl.store.pg.writes import take_xact_lock, told_failures
 from cronctl.timefmt import from_iso
 
 # pg_advisory_xact_lock key of definition writers: "crondoc" in ASCII, so it reads in pg_locks.
@@ -207,10 +208,11 @@ class PgDocStore(Store):
     @contextmanager
     def transaction(self, lazy_jobs: bool = False) -> Iterator[Document]:
         """`lazy_jobs` is the JSON store's; here a transaction always loads every job row."""
-        try:
+        with told_failures(self.url) as stage:
             conn = self.session.conn()
             with self.session.lock, short_transaction(conn, DOC_LIMITS):
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (DEFINITIONS_LOCK_KEY,))
+                # Polled in short round trips: each has the deadline, a wait for another writer does not.
+                take_xact_lock(conn, DEFINITIONS_LOCK_KEY, DOC_LIMITS.lock_s, "the change")
                 tx = begin(conn, self.host_id, load_jobs(conn, "true", {}, "FOR UPDATE"))
                 meta_before = summed_meta(conn)
                 doc = tx.doc
@@ -220,8 +222,7 @@ class PgDocStore(Store):
                 write_definitions(tx)
                 save_jobs(tx)
                 save_meta_change(conn, self.host_id, meta_before, doc)
-        except psycopg.Error as exc:
-            self._fail("cannot write", exc)
+                stage.committing = True  # what fails from here failed the COMMIT itself
 
     def _refuse_unwritable(self, tx: DocTransaction) -> None:
         doc = tx.doc

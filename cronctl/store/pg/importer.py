@@ -21,6 +21,7 @@ from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.docstore import DEFINITIONS_LOCK_KEY
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.transaction import Limits, short_transaction
+from cronctl.store.pg.writes import WriteStage, take_xact_lock
 from cronctl.timefmt import from_iso
 
 # An import writes a whole store: more time than a lease operation, still bounded.
@@ -35,11 +36,13 @@ class Imported:
 
 
 def import_document(conn: Connection, doc: dict[str, Any], records: Sequence[dict[str, Any]], host_id: str,
-                    replace: bool) -> Imported:
+                    replace: bool, stage: WriteStage | None = None) -> Imported:
+    """`stage` is told when COMMIT is next (writes.told_failures words a failure by it)."""
+    stage = stage or WriteStage()
     jobs: dict[str, Any] = doc.get("jobs") or {}
     with short_transaction(conn, IMPORT_LIMITS):
         # As every definitions writer (docstore): an `add` meanwhile lands before or after, never across.
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (DEFINITIONS_LOCK_KEY,))
+        take_xact_lock(conn, DEFINITIONS_LOCK_KEY, IMPORT_LIMITS.lock_s, "store import-json")
         if replace:
             conn.execute("DELETE FROM cronctl_runs")
             conn.execute("DELETE FROM cronctl_jobs")
@@ -52,6 +55,7 @@ def import_document(conn: Connection, doc: dict[str, Any], records: Sequence[dic
         _merge_meta(conn, doc)
         write_audit(conn, [AuditRow(AuditEvent.JOB_ADDED, job=name, details={"source": "import-json"})
                            for name in sorted(jobs)], None, host_id)
+        stage.committing = True
     return Imported(len(jobs), copied, len(records) - copied)
 
 

@@ -47,6 +47,7 @@ from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
 from cronctl.store.pg.fired import drop_fired
 from cronctl.store.pg.lease_fence import renewed_since_judged, restart_leases
 from cronctl.store.pg.schema import LIVE_STATES
+from cronctl.store.pg.takeover import held_by_silent_loops, take_over, without_held
 from cronctl.store.schema import bump_counter, find_claim
 
 JudgeBy = Literal["database", "caller"]
@@ -75,19 +76,32 @@ class PgLeaseStore:
         self.judge_by = judge_by
         self.clock = clock or SystemClock()
         self.paths = paths  # where this host keeps run logs (pruned after a finish); None: none here
+        self.deadline_s: float | None = None  # None: the connection's own (store/pg/deadline.py)
 
     @property
     def conn(self) -> Connection:
         if self._connect_again is not None and (self._conn.broken or self._conn.closed):
             self._conn = self._connect_again()
+            self._apply_deadline()
         return self._conn
+
+    def set_deadline(self, seconds: float) -> None:
+        """Every round trip of this store's connections gets `seconds` (a loop's: a share of its lease)."""
+        self.deadline_s = seconds
+        self._apply_deadline()
+
+    def _apply_deadline(self) -> None:
+        if self.deadline_s is not None and hasattr(self._conn, "deadline_s"):
+            self._conn.deadline_s = self.deadline_s
 
     # --- claim ---------------------------------------------------------------------------
 
     def claim_due(self, now: datetime, owner: Owner, lease: Lease, capacity: int | None = None) -> ClaimBatch:
         asked = None if self.judge_by == "database" else now
         with self._tx(_DUE, {"now": asked}, skip_locked=True) as tx:
-            batch = claims_mod.claim_due(tx.doc, self._now(tx, now), owner, self._lease(tx, lease), capacity)
+            # A job held ahead by a claim not yet dispatched is left due, never skipped as overlap (takeover.py).
+            batch = claims_mod.claim_due(without_held(tx.doc), self._now(tx, now), owner, self._lease(tx, lease),
+                                         capacity)
             drop_fired(tx.conn, tx.doc, batch)
             tx.events.extend(batch.events)
         return batch
@@ -169,6 +183,17 @@ class PgLeaseStore:
     def renew(self, owner: Owner, runs: dict[str, str], lease: Lease) -> list[str]:
         with self._jobs(list(runs.values())) as tx:
             return claims_mod.renew(tx.doc, owner, runs, self._lease(tx, lease))
+
+    def take_over_held(self) -> list[str]:
+        """Reclaim the claims held ahead by loops gone silent, their slots due again here (takeover.py)."""
+        with self._read():
+            found = held_by_silent_loops(self.conn)
+        taken = []
+        for job, run_id in found:
+            with self._jobs([job], meta=True) as tx:
+                if take_over(tx, job, run_id):
+                    taken.append(run_id)
+        return taken
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int:
         with self._jobs(list(runs.values())) as tx:

@@ -11,7 +11,7 @@ know before deciding to do more (MULTIHOST §6, SPEC §9):
 - whether a request (force-run; kill of a run on this host) waits for a loop;
 - whether a live run needs the healer: its lease ran out on the database clock (plus
   the margin), or it belongs to this host but not to this process (a dead owner here is
-  reclaimed within a tick).
+  reclaimed within a tick), or it was claimed ahead by a loop gone silent (takeover.py).
 
 `status` reads the rows: a loop is `ok` while its heartbeat is fresh, `stopped` once it
 said so, `unreachable` when its heartbeat is older than `UNREACHABLE_AFTER_S` (3 ticks).
@@ -27,6 +27,8 @@ from uuid import UUID
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.deadline import BEAT_DEADLINE_S, deadline
+from cronctl.store.pg.takeover import HELD_BY_SILENT
 from cronctl.store.pg.transaction import short_transaction
 
 UNREACHABLE_AFTER_S = 3.0  # three ticks of one second
@@ -86,7 +88,8 @@ SELECT (SELECT now FROM t),
        EXISTS (SELECT 1 FROM cronctl_runs
                 WHERE state IN ('claimed', 'running')
                   AND (lease_expires_at < (SELECT now FROM t) - %(margin)s * interval '1 second'
-                       OR (host_id = %(host)s AND (claim -> 'owner' ->> 'pid') IS DISTINCT FROM %(pid)s))),
+                       OR (host_id = %(host)s AND (claim -> 'owner' ->> 'pid') IS DISTINCT FROM %(pid)s)))
+         OR {HELD_BY_SILENT},
        EXISTS (SELECT 1 FROM beat)
 """
 
@@ -95,8 +98,9 @@ def beat(conn: Connection, me: LoopIdentity, skew_s: float, margin_s: float) -> 
     """The heartbeat and what the loop must know, in one statement (see the module doc).
 
     A plain transaction, without `short_transaction`'s limits: they would double the
-    statements of an idle loop, and this one locks nothing but the loop's own row."""
-    with conn.transaction():
+    statements of an idle loop, and this one locks nothing but the loop's own row. Its round
+    trips have the beat's own deadline, shorter than the others' (deadline.py)."""
+    with deadline(conn, BEAT_DEADLINE_S), conn.transaction():
         row = conn.execute(_BEAT, {"loop": me.loop_id, "skew": skew_s, "host": me.host_id,
                                    "pid": str(me.pid), "margin": margin_s}).fetchone()
     assert row is not None
