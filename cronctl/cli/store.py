@@ -28,10 +28,11 @@ def import_json(
 
     Example: cronctl --store postgresql://cronctl@db/cronctl store import-json --from ~/.local/state/cronctl
     """
+    ctx = open_context()  # first: a missing PostgreSQL driver is said there, in one line
     # Imported here: only this command needs the PostgreSQL driver (start-up time).
     from cronctl.ops.store_import import import_json as run_import
 
-    report = run_import(open_context(), source, replace)
+    report = run_import(ctx, source, replace)
     done = report.imported
     if as_json:
         print(json.dumps({"from": str(report.source), "store": report.target, "jobs": done.jobs,

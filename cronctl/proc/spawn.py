@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cronctl.errors import CronctlError
+from cronctl.proc.childenv import inherited_env
 from cronctl.proc.fds import GATE_FD, close_all, open_log, pipe
 from cronctl.proc.gate import GATE_NAME, GATE_SCRIPT, GATE_SHELL
 from cronctl.proc.identity import identify
@@ -36,7 +37,7 @@ class RunRequest:
     job: str
     command: str | tuple[str, ...]  # str: /bin/sh -c; tuple: argv
     cwd: str | None
-    env: Mapping[str, str]  # merged over os.environ
+    env: Mapping[str, str]  # merged over os.environ less what opens the store (proc.childenv)
     timeout: float  # seconds from the gate opening, 0 = none
     kill_grace: float
     log_path: Path
@@ -95,7 +96,7 @@ def spawn_session(
 
 def preflight(req: RunRequest) -> tuple[dict[str, str], list[str]]:
     """The child's environment and gated argv, once the request is known to be startable."""
-    env = {**os.environ, **req.env}
+    env = {**inherited_env(os.environ), **req.env}
     argv = _command_argv(req.command)
     cwd = _check_cwd(req.cwd)
     if not isinstance(req.command, str):
