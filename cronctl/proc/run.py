@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from cronctl.models import RunStatus
 from cronctl.proc.fds import close_all
 from cronctl.proc.gate import GATE_CWD_FAILED, Gate
+from cronctl.proc.guard import Guard
 from cronctl.proc.identity import ProcIdentity
 from cronctl.proc.output import OutputCapture
 from cronctl.proc.spawn import GatedChild, RunRequest
@@ -72,11 +73,13 @@ class TrackedRun:
     registered: bool = False  # its fds are in the selector
     wake_at: float | None = None  # the instant it is next looked at, if any
     finalized: bool = False
+    guard: Guard | None = None  # ends the run's group if this process dies (proc.guard)
 
     @classmethod
-    def of(cls, req: RunRequest, child: GatedChild) -> TrackedRun:
+    def of(cls, req: RunRequest, child: GatedChild, guard: Guard | None = None) -> TrackedRun:
         output = OutputCapture(child.out_fd, child.log_fd, req.log_path, req.log_cap)
-        return cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono)
+        return cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono,
+                   guard=guard)
 
     @property
     def run_id(self) -> str:
@@ -87,9 +90,12 @@ class TrackedRun:
         return ProcIdentity(self.pid, self.start_time)
 
     def close_fds(self) -> None:
-        """Every fd but the gate's (closed under the lock): at the end, nothing registered remains."""
+        """Every fd but the gate's (closed under the lock): at the end, nothing registered remains.
+        The guard goes too: the run has ended, there is nothing left for it to end."""
         close_all([self.pidfd, self.output.take_pipe(), self.output.log_fd])
         self.pidfd = self.output.log_fd = None
+        if self.guard is not None:
+            self.guard.end()
 
     def result(self, now: float) -> RunResult:
         ended = self.exit.ended_mono if self.exit.ended_mono is not None else now
