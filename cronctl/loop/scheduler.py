@@ -30,6 +30,7 @@ from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
+from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
@@ -146,6 +147,7 @@ class Scheduler:
         self._heartbeat_problem: str | None = None
         self.heartbeat = HeartbeatWriter(ctx.paths, ctx.clock, self.identity, self.boot, self.started_at,
                                          options.file)
+        self.clock_watch = ClockWatch(ctx.clock)  # wall-clock steps (SPEC §4, loop/clockstep.py)
 
     # --- life ----------------------------------------------------------------------
 
@@ -401,6 +403,7 @@ class Scheduler:
     def _tick(self) -> float:
         assert self.engine is not None
         self.ticks += 1
+        self._watch_clock(self.engine)
         if self.options.once and self.ticks > 1:
             # --once fires what was due at its first tick; after that it only tends those runs
             # (a slot that comes due while they run is the next loop's).
@@ -433,6 +436,16 @@ class Scheduler:
         cluster.serve_requests(self.engine)
         control.serve(self.ctx.paths, self.engine)  # requests of this host's commands, as on the JSON store
         return self.engine.tick().sleep_hint
+
+    def _watch_clock(self, engine: Engine) -> None:
+        """A wall-clock step: audited and shown; on the JSON store a backward one moves the
+        `every` slots with it (on PostgreSQL the database's clock judges what is due)."""
+        step = self.clock_watch.check()
+        if step is None:
+            return
+        moved = follow_backward_step(self.ctx, engine, step) if self.cluster is None and step.step_s < 0 else []
+        record_step(self.ctx, step, moved)
+        self.heartbeat.clock_jump = step.to_dict()
 
     def _once_done(self) -> bool:
         return self.engine is not None and self.ticks >= 1 and not self.engine.active
