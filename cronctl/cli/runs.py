@@ -87,13 +87,15 @@ def run(
                                                 "and /livez here (loopback unless --http-allow-remote).")] = None,
     http_allow_remote: Annotated[bool, typer.Option("--http-allow-remote", help="Let --http listen on a "
                                                     "non-loopback address.")] = False,
+    forget_after: Annotated[str, typer.Option("--forget-after", help="PostgreSQL store: forget a loop silent this "
+                                              "long once its runs are all reclaimed.")] = "15m",
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
     finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
-                       http_allow_remote))
+                       http_allow_remote, forget_after=forget_after))
 
 
 @app.command()

@@ -34,6 +34,7 @@ from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
+from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
@@ -72,6 +73,7 @@ class LoopOptions:
     metrics_file: Path | None = None
     http: tuple[str, int] | None = None  # --http, already checked (loopback unless allowed)
     live_after: float = HEARTBEAT_STALE_AFTER  # /livez fails when the last tick is older than this
+    forget_after: float = 900.0  # on PostgreSQL: a loop silent this long, its runs all reclaimed, is forgotten
 
 
 @dataclass
@@ -148,6 +150,7 @@ class Scheduler:
         self.heartbeat = HeartbeatWriter(ctx.paths, ctx.clock, self.identity, self.boot, self.started_at,
                                          options.file)
         self.clock_watch = ClockWatch(ctx.clock)  # wall-clock steps (SPEC §4, loop/clockstep.py)
+        self.forgetter = LoopForgetter(ctx.clock, options.forget_after)  # on PostgreSQL (loop/forgetting.py)
 
     # --- life ----------------------------------------------------------------------
 
@@ -411,7 +414,9 @@ class Scheduler:
             self.engine.renew_if_due()
             return 1.0
         if self.cluster is not None:
-            return self._cluster_tick(self.cluster)
+            hint = self._cluster_tick(self.cluster)
+            self.forgetter.maybe_forget(self.cluster)  # silent loops, once all their runs are reclaimed
+            return hint
         assert isinstance(self.engine.due, DueIndex)
         with self.engine.due.steady():  # one look at the store for the whole tick
             if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
