@@ -78,7 +78,7 @@ def test_forget_host_forgets_at_once_refuses_a_live_host_and_names_an_unknown_on
 def test_doctor_and_status_agree_about_a_dead_loop_until_it_is_forgotten(store_url: str, tmp_path: Path) -> None:
     seed(store_url, tmp_path, JOBS)
     home = tmp_path / "h"
-    live = start_host_loop(tmp_path / "a", store_url, "host-a", "--forget-after", "4s")
+    live = start_host_loop(tmp_path / "a", store_url, "host-a", "--forget-after", "10s")
     try:
         wait_until(lambda: one(store_url, "SELECT count(*) FROM cronctl_loops WHERE host_id = 'host-a'"), 30)
         from cronctl.store.pg.connect import connect, parse_store_url
