@@ -10,11 +10,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from cronctl.clock import Clock
+from cronctl.proc.identity import ProcIdentity, is_alive
 
 if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
     from cronctl.loop.cluster import ClusterMember
 
-FORGET_CHECK_S = 30.0
+FORGET_CHECK_S = 10.0  # one small query per 10 s: a restarted loop's predecessor goes within it
 
 
 class LoopForgetter:
@@ -30,11 +31,16 @@ class LoopForgetter:
         if cluster.outage is not None or mono - self._last < self._every:
             return 0
         self._last = mono
-        from cronctl.store.pg.forget import forget_silent
+        from cronctl.store.pg.forget import forget_dead_here, forget_silent
 
         with cluster.leases.lock:
-            gone = forget_silent(cluster.leases.conn, self.forget_after_s, cluster.me.loop_id, cluster.me.host_id)
+            gone = forget_dead_here(cluster.leases.conn, cluster.me, _alive)
+            gone += forget_silent(cluster.leases.conn, self.forget_after_s, cluster.me.loop_id, cluster.me.host_id)
         for loop in gone:
             print(f"cronctl: forgot the loop of host {loop.host} (pid {loop.pid}): silent for {loop.silent_s:.0f}s, "
                   "every run of it reclaimed", file=sys.stderr, flush=True)
         return len(gone)
+
+
+def _alive(pid: int, start_time: float) -> bool:
+    return is_alive(ProcIdentity(pid, start_time))

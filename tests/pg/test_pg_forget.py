@@ -98,3 +98,28 @@ def test_doctor_and_status_agree_about_a_dead_loop_until_it_is_forgotten(store_u
     finally:
         stop(live)
     assert rows(store_url, "SELECT host_id FROM cronctl_loops WHERE host_id = 'dead-host'") == []
+
+
+def test_a_dead_loop_of_this_host_is_forgotten_at_once_once_its_runs_are_reclaimed(conn: Connection) -> None:
+    from cronctl.store.pg.forget import forget_dead_here
+
+    me = silent_loop(conn, "here", 0.0, pid=100)
+    dead = silent_loop(conn, "here", 5, pid=101)
+    with conn.transaction():  # an earlier boot of this host
+        conn.execute("UPDATE cronctl_loops SET boot_id = 'old-boot', pid = 102 WHERE loop_id = %s",
+                     (silent_loop(conn, "here", 5, pid=999).loop_id,))
+    silent_loop(conn, "here", 5, pid=103)  # alive (as the callback says)
+    silent_loop(conn, "there", 5, pid=104)  # another host: its pids mean nothing here
+    holding = silent_loop(conn, "here", 5, pid=105)
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, state, overlap) VALUES ('j', '{}', '{}', 'skip')")
+        conn.execute("INSERT INTO cronctl_runs (run_id, job, trigger, exclusive, state, host_id, boot_id, claim)"
+                     " VALUES ('r1', 'j', 'force', true, 'running', 'here', %s, %s)",
+                     (holding.boot_id, json.dumps({"owner": {"pid": 105}})))
+    gone = forget_dead_here(conn, me, lambda pid, start: pid == 103)
+    assert sorted(f.pid for f in gone) == [dead.pid, 102]
+    with conn.transaction():
+        left = sorted(pid for (pid,) in conn.execute("SELECT pid FROM cronctl_loops"))
+        reasons = {r for (r,) in conn.execute("SELECT reason FROM cronctl_audit"
+                                              " WHERE event = 'cluster.loop_forgotten'")}
+    assert left == [100, 103, 104, 105] and reasons == {"owner_dead"}

@@ -1,5 +1,6 @@
-"""Forgetting loops (SPEC §9): a silent loop whose runs are all reclaimed, after `--forget-after`;
-a decommissioned host at once, by `cronctl store forget-host HOST`.
+"""Forgetting loops (SPEC §9): a silent loop whose runs are all reclaimed, after `--forget-after`
+(at once when it was on the forgetting loop's own host and is certainly dead); a decommissioned
+host at once, by `cronctl store forget-host HOST`.
 
 A loop that stopped beating stays in `status` as `unreachable` (stale: exit 3) so that
 nobody misses it; once nothing of it is left to reclaim and it has been silent for the
@@ -10,6 +11,7 @@ is clean again. A run is the loop's while it is claimed or running under its own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -18,7 +20,7 @@ from cronctl.errors import ConflictError, CronctlError
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
-from cronctl.store.pg.loops import UNREACHABLE_AFTER_S
+from cronctl.store.pg.loops import UNREACHABLE_AFTER_S, LoopIdentity
 from cronctl.store.pg.transaction import short_transaction
 
 DEFAULT_FORGET_AFTER_S = 15 * 60.0
@@ -54,6 +56,29 @@ def forget_silent(conn: Connection, after_s: float, loop_id: UUID | None, host_i
                                     details={**f.details(), "forget_after_s": after_s}) for f in gone],
                     loop_id, host_id)
     return gone
+
+
+def forget_dead_here(conn: Connection, me: LoopIdentity, alive: Callable[[int, float], bool]) -> list[Forgotten]:
+    """Forget, at once, the silent loops of this host that are certainly dead: of an earlier
+    boot, or of this boot with a pid (and start time) no longer alive, once their runs are all
+    reclaimed (a dead owner here is reclaimed within a tick). Without this a loop restarted on
+    its host (systemd's Restart=always after an OOM kill) would leave its predecessor listed
+    `unreachable` for the whole `--forget-after`."""
+    with short_transaction(conn):
+        rows = conn.execute(
+            "SELECT loop_id, boot_id, pid, pid_start FROM cronctl_loops WHERE host_id = %s AND stopped_at IS NULL"
+            " AND loop_id <> %s AND heartbeat_at < clock_timestamp() - %s * interval '1 second'",
+            (me.host_id, me.loop_id, UNREACHABLE_AFTER_S)).fetchall()
+        dead = [loop_id for loop_id, boot, pid, start in rows
+                if boot != me.boot_id or not alive(int(pid), float(start))]
+        if not dead:
+            return []
+        gone = conn.execute(f"DELETE FROM cronctl_loops AS l WHERE l.loop_id = ANY(%s) AND {_NOTHING_LIVE} "
+                            f"{_RETURNING}", (dead,)).fetchall()
+        forgotten = [Forgotten(host, int(pid), float(silent), bool(live)) for host, pid, silent, live in gone]
+        write_audit(conn, [AuditRow(AuditEvent.CLUSTER_LOOP_FORGOTTEN, reason="owner_dead", details=f.details())
+                           for f in forgotten], me.loop_id, me.host_id)
+    return forgotten
 
 
 @dataclass(frozen=True)
