@@ -85,14 +85,16 @@ class Guard:
     pidfd: int | None
 
     def end(self) -> None:
-        """SIGKILL and reap the guard through its pidfd (never a pid that may be reused)."""
+        """SIGKILL and reap the guard through its pidfd (never a pid that may be reused).
+
+        Never raises: it runs where a run's result is delivered, which nothing may stop."""
         pidfd, self.pidfd = self.pidfd, None
         if pidfd is None:
             return
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
-        except (ChildProcessError, ProcessLookupError):
+        except OSError:
             pass  # already reaped (a subreaper's sweep of orphans) or gone
         finally:
             close_all([pidfd])
