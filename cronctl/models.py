@@ -102,6 +102,8 @@ class AuditEvent(StrEnum):
     CHAIN_FINISHED = "chain.finished"
     CLUSTER_CLOCK_SKEW = "cluster.clock_skew"
     CLUSTER_STORE_OUTAGE = "cluster.store_outage"
+    CLUSTER_LOOP_FORGOTTEN = "cluster.loop_forgotten"
+    CLOCK_JUMPED = "clock.jumped"
 
 
 # Fields whose YAML/store value is a duration string; in memory they are seconds.

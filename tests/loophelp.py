@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -86,6 +87,26 @@ def processes_with_run_id(run_id: str) -> list[int]:
 def kill_hard(proc: subprocess.Popen[bytes]) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+def is_guard(proc: psutil.Process) -> bool:
+    """A run's guard (proc/guard.py): a child of the loop beside each run, not part of it."""
+    from cronctl.proc.guard import GUARD_NAME
+
+    try:
+        return GUARD_NAME in proc.cmdline()
+    except psutil.Error:
+        return False
+
+
+def kill_hard_with_guards(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 of the loop AND of its runs' guards (proc/guard.py), as `pkill -9 -f cronctl` would:
+    the one way its runs outlive it, left for a restarted loop to heal."""
+    for child in psutil.Process(proc.pid).children():
+        if is_guard(child):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    kill_hard(proc)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:

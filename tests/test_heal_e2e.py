@@ -18,6 +18,7 @@ from loophelp import (
     audit_rows,
     cli,
     kill_hard,
+    kill_hard_with_guards,
     processes_with_run_id,
     start_loop,
     stop,
@@ -44,8 +45,8 @@ def test_loop_killed_mid_run_is_healed_on_restart(home: Path, tmp_path: Path) ->
         run_id = claimed["run_id"]
         assert wait_until(lambda: processes_with_run_id(run_id), 10)
     finally:
-        kill_hard(loop)
-    assert processes_with_run_id(run_id), "the job outlives a kill -9 of its loop"
+        kill_hard_with_guards(loop)
+    assert processes_with_run_id(run_id), "the job outlives a kill -9 of its loop and of its guard"
     restarted = time.monotonic()
     loop = start_loop(home)
     try:

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.conftest import cronctl_bin, subprocess_env
-from tests.loophelp import audit_rows, cli, wait_until
+from tests.loophelp import audit_rows, cli, is_guard, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,8 @@ def test_as_pid_1_it_reaps_orphans_and_ends_its_jobs_at_sigterm(home: Path) -> N
         def zombies() -> list[psutil.Process]:
             return [c for c in pid1.children() if c.status() == psutil.STATUS_ZOMBIE]
 
-        wait_until(lambda: len(pid1.children()) == 1 and not zombies(), 30)  # only the job's sleep 300 left
+        # Only the job's sleep 300 left (and its guard, proc/guard.py).
+        wait_until(lambda: len([c for c in pid1.children() if not is_guard(c)]) == 1 and not zombies(), 30)
         os.kill(pid1.pid, signal.SIGTERM)
         assert wrapper.wait(timeout=60) == 0
     finally:

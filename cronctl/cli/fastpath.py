@@ -90,7 +90,8 @@ COMMANDS: dict[str, Command] = {
                                    "--metrics-file": Opt("metrics_file", TEXT), "--quiet": Opt("quiet", FLAG),
                                    "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
                                    "--http-allow-remote": Opt("http_allow_remote", FLAG),
-                                   "--echo-output": Opt("echo_output", FLAG)}),
+                                   "--echo-output": Opt("echo_output", FLAG),
+                                   "--forget-after": Opt("forget_after", TEXT)}),
     "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
                          ("name",), required=1),
 }

@@ -298,8 +298,10 @@ def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
     beat = f", heartbeat {age:.1f}s ago" if age is not None else ""
     pid = f" pid {loop['pid']}" if loop.get("pid") else ""
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
+    jump = loop.get("clock_jump")
+    stepped = f"; the wall clock stepped {jump['step_s']:+.1f}s at {jump['at']}" if jump else ""
     if not only_stale or data["loop_stale"]:
-        parts.append(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}")
+        parts.append(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}{stepped}")
         parts.extend(_cluster_lines(data.get("loops"), only_stale))
     if not data["jobs"]:
         if only_stale and not data["stale"]:

@@ -19,7 +19,8 @@ from cronctl.cli.session import open_context, open_store_context
 
 def run(file: str | Path | None = None, once: bool = False, standby: bool = False, max_parallel: int | None = None,
         takeover_after: str = "60s", lease: str = "60s", metrics_file: str | Path | None = None, quiet: bool = False,
-        http: str | None = None, http_allow_remote: bool = False, echo_output: bool = False) -> int:
+        http: str | None = None, http_allow_remote: bool = False, echo_output: bool = False,
+        forget_after: str = "15m") -> int:
     """The foreground loop; its exit code."""
     from cronctl.durations import parse_duration
     from cronctl.loop.endpoint import parse_listen
@@ -31,7 +32,8 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
                           takeover_after=parse_duration(takeover_after, field="--takeover-after"),
                           lease=parse_duration(lease, field="--lease"),
                           metrics_file=Path(metrics_file).absolute() if metrics_file else None, quiet=quiet,
-                          http=parse_listen(http, http_allow_remote) if http else None)
+                          http=parse_listen(http, http_allow_remote) if http else None,
+                          forget_after=parse_duration(forget_after, field="--forget-after"))
     ctx = open_context()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)

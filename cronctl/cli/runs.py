@@ -67,13 +67,15 @@ def run(
                                                     "non-loopback address.")] = False,
     echo_output: Annotated[bool, typer.Option("--echo-output", help="Copy every line jobs print to stdout "
                                               "as 'JOB RUN | line' (containers, journalctl).")] = False,
+    forget_after: Annotated[str, typer.Option("--forget-after", help="PostgreSQL store: forget a loop silent this "
+                                              "long once its runs are all reclaimed.")] = "15m",
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
     finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
-                       http_allow_remote, echo_output))
+                       http_allow_remote, echo_output, forget_after=forget_after))
 
 
 @app.command()

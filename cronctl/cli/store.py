@@ -28,10 +28,11 @@ def import_json(
 
     Example: cronctl --store postgresql://cronctl@db/cronctl store import-json --from ~/.local/state/cronctl
     """
+    ctx = open_context()  # first: a missing PostgreSQL driver is said there, in one line
     # Imported here: only this command needs the PostgreSQL driver (start-up time).
     from cronctl.ops.store_import import import_json as run_import
 
-    report = run_import(open_context(), source, replace)
+    report = run_import(ctx, source, replace)
     done = report.imported
     if as_json:
         print(json.dumps({"from": str(report.source), "store": report.target, "jobs": done.jobs,
@@ -41,3 +42,30 @@ def import_json(
           f"into {report.target}")
     if done.duplicates:
         print(f"skipped {done.duplicates} history record(s) of a run already in the store")
+
+
+@store_app.command("forget-host")
+def forget_host(
+    host: Annotated[str, typer.Argument(metavar="HOST", help="The host id, as `status` lists it.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Forget every loop of HOST at once (a decommissioned host): `status` stops listing it.
+
+    Refused while a loop of HOST still beats. Its runs still claimed are reclaimed by the other
+    loops once their leases run out, as always. A silent host is also forgotten by itself,
+    after `cronctl run --forget-after` (15 min) once its runs are all reclaimed.
+
+    Example: cronctl store forget-host web-3
+    """
+    ctx = open_context()
+    from cronctl.ops.cluster import forget_host as forget
+
+    done = forget(ctx, host)
+    if as_json:
+        print(json.dumps({"host": host, "loops": [loop.details() for loop in done.loops],
+                          "live_runs": done.live_runs}, sort_keys=True))
+        return
+    print(f"forgot {len(done.loops)} loop(s) of host {host}")
+    if done.live_runs:
+        print(f"{done.live_runs} run(s) of host {host} are still claimed: the other loops reclaim them once "
+              "their leases run out")

@@ -419,7 +419,7 @@ class Engine:
         log_path = self.ctx.paths.run_log(new.job, new.run_id)
         request = RunRequest(
             run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
-            env=run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt),
+            env=run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence),
             timeout=new.spec.timeout, kill_grace=new.spec.kill_grace, log_path=log_path,
             log_cap=new.spec.keep_log or self.options.log_cap, drain_timeout=self.options.drain_timeout,
             setup=child_setup_of(new.spec),
@@ -674,9 +674,11 @@ def spawn_refused(new: NewClaim, errno_: int | None, error: str) -> Refused:
     return Refused(new.job, new.run_id, outcome, event, always_record=True)
 
 
-def run_env(spec: JobSpec, run_id: str, slot: str, attempt: int) -> dict[str, str]:
+def run_env(spec: JobSpec, run_id: str, slot: str, attempt: int, fence: int = 0) -> dict[str, str]:
+    """What a run is told of itself; CRONCTL_FENCE (its claim's fence number, increasing per
+    job) lets the systems it writes to refuse a writer older than one they have seen."""
     return {**spec.env, "CRONCTL_JOB": spec.name, "CRONCTL_RUN_ID": run_id, "CRONCTL_SLOT": slot,
-            "CRONCTL_ATTEMPT": str(attempt)}
+            "CRONCTL_ATTEMPT": str(attempt), **({"CRONCTL_FENCE": str(fence)} if fence else {})}
 
 
 def outcome_of(result: RunResult) -> Outcome:

@@ -65,6 +65,7 @@ class LoopStatus:
     last_tick_at: str | None = None
     standby_pid: int | None = None
     active_runs: int | None = None
+    clock_jump: dict[str, Any] | None = None  # the last wall-clock step this loop saw: {at, step_s}
 
     @property
     def stale(self) -> bool:
@@ -85,6 +86,7 @@ class HeartbeatWriter:
     boot: str | None
     started_at: datetime
     file: Path | None
+    clock_jump: dict[str, Any] | None = None  # the last wall-clock step seen (loop/clockstep.py)
     # What scheduler.json said when last written whole, and when (monotonic); its last error.
     _said: tuple[Any, ...] | None = field(default=None, init=False)
     _said_at: float = field(default=float("-inf"), init=False)
@@ -106,7 +108,7 @@ class HeartbeatWriter:
     def beat(self, *, generation: str | None, ticks: int, active_runs: int) -> str | None:
         """One tick: the tick record, and scheduler.json when what it says changed or it is
         due (or its last write failed). Returns what failed, if anything."""
-        said = (generation, active_runs)
+        said = (generation, active_runs, self.clock_jump)
         due = self.clock.monotonic() - self._said_at >= HEARTBEAT_FILE_EVERY
         if self._problem is not None or said != self._said or due:
             return self.write(generation=generation, ticks=ticks, active_runs=active_runs, stopped_cleanly=False)
@@ -122,9 +124,10 @@ class HeartbeatWriter:
                 "last_tick_at": to_iso(self.clock.now()), "last_tick_mono": now_mono,
                 "stopped_cleanly": stopped_cleanly, "ticks": ticks, "active_runs": active_runs,
                 "file": str(self.file) if self.file else None,
+                **({"clock_jump": self.clock_jump} if self.clock_jump else {}),
             })
             self._problem = None
-            self._said, self._said_at = (generation, active_runs), now_mono
+            self._said, self._said_at = (generation, active_runs, self.clock_jump), now_mono
         except OSError as exc:
             self._problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
         return self._tick(ticks, active_runs)
@@ -212,7 +215,8 @@ def loop_status(paths: Paths, now: datetime) -> LoopStatus:
     common: dict[str, Any] = dict(pid=hb.get("pid"), generation=hb.get("generation"),
                   heartbeat_age=None if age is None else round(age, 3), started_at=hb.get("started_at"),
                   last_tick_at=hb.get("last_tick_at"), standby_pid=standby, active_runs=hb.get("active_runs"),
-                  uptime=None if started is None else round((now - started).total_seconds(), 1))
+                  uptime=None if started is None else round((now - started).total_seconds(), 1),
+                  clock_jump=hb.get("clock_jump"))
     ident = ProcIdentity(int(hb.get("pid") or 0), float(hb.get("start_time") or 0.0))
     alive = hb.get("boot_id") == boot and bool(ident.pid) and is_alive(ident)
     if hb.get("stopped_cleanly") and not alive:

@@ -30,9 +30,11 @@ from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
+from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
 from cronctl.loop.endpoint import Endpoint, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
+from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
@@ -71,6 +73,7 @@ class LoopOptions:
     metrics_file: Path | None = None
     http: tuple[str, int] | None = None  # --http, already checked (loopback unless allowed)
     live_after: float = HEARTBEAT_STALE_AFTER  # /livez fails when the last tick is older than this
+    forget_after: float = 900.0  # on PostgreSQL: a loop silent this long, its runs all reclaimed, is forgotten
 
 
 @dataclass
@@ -146,6 +149,8 @@ class Scheduler:
         self._heartbeat_problem: str | None = None
         self.heartbeat = HeartbeatWriter(ctx.paths, ctx.clock, self.identity, self.boot, self.started_at,
                                          options.file)
+        self.clock_watch = ClockWatch(ctx.clock)  # wall-clock steps (SPEC §4, loop/clockstep.py)
+        self.forgetter = LoopForgetter(ctx.clock, options.forget_after)  # on PostgreSQL (loop/forgetting.py)
 
     # --- life ----------------------------------------------------------------------
 
@@ -436,6 +441,7 @@ class Scheduler:
     def _tick(self) -> float:
         assert self.engine is not None
         self.ticks += 1
+        self._watch_clock(self.engine)
         if self.options.once and self.ticks > 1:
             # --once fires what was due at its first tick; after that it only tends those runs
             # (a slot that comes due while they run is the next loop's).
@@ -443,7 +449,9 @@ class Scheduler:
             self.engine.renew_if_due()
             return 1.0
         if self.cluster is not None:
-            return self._cluster_tick(self.cluster)
+            hint = self._cluster_tick(self.cluster)
+            self.forgetter.maybe_forget(self.cluster)  # silent loops, once all their runs are reclaimed
+            return hint
         assert isinstance(self.engine.due, DueIndex)
         with self.engine.due.steady():  # one look at the store for the whole tick
             if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
@@ -467,6 +475,16 @@ class Scheduler:
         cluster.serve_requests(self.engine)
         control.serve(self.ctx.paths, self.engine)  # requests of this host's commands, as on the JSON store
         return self.engine.tick().sleep_hint
+
+    def _watch_clock(self, engine: Engine) -> None:
+        """A wall-clock step: audited and shown; on the JSON store a backward one moves the
+        `every` slots with it (on PostgreSQL the database's clock judges what is due)."""
+        step = self.clock_watch.check()
+        if step is None:
+            return
+        moved = follow_backward_step(self.ctx, engine, step) if self.cluster is None and step.step_s < 0 else []
+        record_step(self.ctx, step, moved)
+        self.heartbeat.clock_jump = step.to_dict()
 
     def _once_done(self) -> bool:
         return self.engine is not None and self.ticks >= 1 and not self.engine.active

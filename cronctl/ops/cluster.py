@@ -19,6 +19,7 @@ from cronctl.errors import ConflictError, CronctlError
 
 if TYPE_CHECKING:
     from cronctl.loop.heartbeat import LoopStatus
+    from cronctl.store.pg.forget import HostForgotten
     from cronctl.store.pg.leases import PgLeaseStore
     from cronctl.store.pg.loops import LoopRow
 
@@ -62,6 +63,19 @@ def cluster_summary(rows: list[LoopRow]) -> LoopStatus:
         return LoopStatus("ok", f"{len(live)} loop(s) running on {hosts}", pid=youngest.pid,
                           heartbeat_age=youngest.heartbeat_age_s)
     return LoopStatus("stopped", "no loop runs on this store; start 'cronctl run' with this --store on a host")
+
+
+def forget_host(ctx: Context, host: str) -> HostForgotten:
+    """`cronctl store forget-host HOST`: every loop of a decommissioned host, forgotten at once."""
+    from cronctl.errors import StoreError
+    from cronctl.store.pg.forget import forget_host as forget
+
+    if not ctx.on_postgres:
+        raise StoreError("store forget-host: hosts share only a PostgreSQL store; name it with --store URL "
+                         "or $CRONCTL_STORE")
+    leases = _leases(ctx)
+    with leases.lock:
+        return forget(leases.conn, host, requested_by())
 
 
 def live_loops(ctx: Context) -> list[LoopRow]:

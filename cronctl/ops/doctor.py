@@ -236,22 +236,25 @@ def _examine_postgres(paths: Paths, store: Store) -> list[Finding]:
 
 
 def _check_pg_loops(health: Any, jobs: int) -> Finding:
-    from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER
+    """The loops as `status` judges them (ops/cluster.py's summary), so the two agree about a dead
+    loop: one that stopped answering is `action` while jobs exist (status --stale exits 3)."""
+    from cronctl.ops.cluster import cluster_summary
 
-    live = [loop for loop in health.loops if not loop.stopped and loop.heartbeat_age_s <= HEARTBEAT_STALE_AFTER]
-    if live:
+    summary = cluster_summary(health.loops)
+    if summary.state == "ok":
+        live = [loop for loop in health.loops if loop.state == "ok"]
         listed = ", ".join(f"host {loop.host} pid {loop.pid} (heartbeat {loop.heartbeat_age_s:.0f}s ago)"
                            for loop in live)
         return Finding("loop", "ok", f"{len(live)} loop(s) live on the PostgreSQL store: {listed}")
-    gone = [loop for loop in health.loops if not loop.stopped]
     if not jobs:
-        return Finding("loop", "ok", "no loop is live on the PostgreSQL store, and no job is defined")
+        return Finding("loop", "ok", f"{summary.reason}; no job is defined")
+    if summary.state == "unreachable":
+        return Finding("loop", "action", f"{summary.reason}; {jobs} job(s) are defined",
+                       "start 'cronctl run' on that host again; a host gone for good: cronctl store forget-host "
+                       "HOST (a silent loop is forgotten by itself after 'cronctl run --forget-after', 15 min, "
+                       "once its runs are all reclaimed)")
     fix = "cronctl run, with the same --store or $CRONCTL_STORE, on one host or more"
-    if gone:
-        last = min(gone, key=lambda loop: loop.heartbeat_age_s)
-        return Finding("loop", "action", f"no loop is live on the PostgreSQL store: the last one (host {last.host} "
-                       f"pid {last.pid}) stopped beating {last.heartbeat_age_s:.0f}s ago without stopping cleanly; "
-                       f"{jobs} job(s) are defined", fix)
+    # Every loop stopped cleanly: said as the JSON store says a stopped loop (a warning).
     return Finding("loop", "warn", f"no loop is running on the PostgreSQL store; {jobs} job(s) are defined", fix)
 
 

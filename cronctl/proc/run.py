@@ -18,6 +18,7 @@ from cronctl.proc.become import SETUP_FAILED
 from cronctl.proc.echo import EchoSink
 from cronctl.proc.fds import close_all
 from cronctl.proc.gate import GATE_CWD_FAILED, Gate
+from cronctl.proc.guard import Guard
 from cronctl.proc.identity import ProcIdentity
 from cronctl.proc.limits import limit_reason
 from cronctl.proc.output import OutputCapture
@@ -79,13 +80,16 @@ class TrackedRun:
     wake_at: float | None = None  # the instant it is next looked at, if any
     finalized: bool = False
     echo_end: Callable[[], None] | None = None  # `run --echo-output`: the run's output is over
+    guard: Guard | None = None  # ends the run's group if this process dies (proc.guard)
 
     @classmethod
-    def of(cls, req: RunRequest, child: GatedChild, echo: EchoSink | None = None) -> TrackedRun:
+    def of(cls, req: RunRequest, child: GatedChild, echo: EchoSink | None = None,
+           guard: Guard | None = None) -> TrackedRun:
         output = OutputCapture(child.out_fd, child.log_fd, req.log_path, req.log_cap)
         if echo is not None:
             output.echo = functools.partial(echo.feed, req.job, req.run_id)
-        run = cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono)
+        run = cls(req, child.pid, child.start_time, child.pidfd, Gate(child.gate_fd), output, child.spawned_mono,
+                  guard=guard)
         if echo is not None:
             run.echo_end = functools.partial(echo.end, req.run_id)
         return run
@@ -99,12 +103,15 @@ class TrackedRun:
         return ProcIdentity(self.pid, self.start_time)
 
     def close_fds(self) -> None:
-        """Every fd but the gate's (closed under the lock): at the end, nothing registered remains."""
+        """Every fd but the gate's (closed under the lock): at the end, nothing registered remains.
+        The guard goes too: the run has ended, there is nothing left for it to end."""
         close_all([self.pidfd, self.output.take_pipe(), self.output.log_fd])
         self.pidfd = self.output.log_fd = None
         if self.echo_end is not None:
             self.echo_end()
             self.echo_end = None
+        if self.guard is not None:
+            self.guard.end()
 
     def result(self, now: float) -> RunResult:
         ended = self.exit.ended_mono if self.exit.ended_mono is not None else now

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cronctl.errors import CronctlError
+from cronctl.proc.childenv import inherited_env
 from cronctl.proc.childsetup import ChildSetup, SetupBlocked, prepare
 from cronctl.proc.fds import GATE_FD, close_all, open_log, pipe
 from cronctl.proc.gate import GATE_NAME, GATE_SCRIPT, GATE_SHELL
@@ -37,7 +38,7 @@ class RunRequest:
     job: str
     command: str | tuple[str, ...]  # str: /bin/sh -c; tuple: argv
     cwd: str | None
-    env: Mapping[str, str]  # merged over os.environ
+    env: Mapping[str, str]  # merged over os.environ less what opens the store (proc.childenv)
     timeout: float  # seconds from the gate opening, 0 = none
     kill_grace: float
     log_path: Path
@@ -102,7 +103,7 @@ def preflight(req: RunRequest) -> tuple[dict[str, str], list[str]]:
     try:
         # The job's user, env_file and limits: the environment, and the helper that sets
         # them up in the child before its gate (proc/become.py).
-        prepared = prepare(req.setup, os.environ, req.env, _gate_argv(req.command, cwd))
+        prepared = prepare(req.setup, inherited_env(os.environ), req.env, _gate_argv(req.command, cwd))
     except SetupBlocked as exc:
         raise BlockedConfig(exc.field, exc.message) from None
     env, gated = prepared.env, prepared.argv

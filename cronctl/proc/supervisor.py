@@ -12,6 +12,7 @@ timeouts, kills (proc.termination) and the results (proc.run).
 
 from __future__ import annotations
 
+import errno
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from cronctl.proc.echo import EchoSink
 from cronctl.proc.fds import raise_fd_limit
+from cronctl.proc.guard import Guard, start_guard
 from cronctl.proc.identity import is_child_subreaper, set_child_subreaper
 from cronctl.proc.run import RunResult, TrackedRun
 from cronctl.proc.shared import SharedRuns
@@ -26,6 +28,7 @@ from cronctl.proc.spawn import (
     GatedChild,
     RunRequest,
     Spawned,
+    SpawnError,
     SpawnFn,
     open_run_log,
     preflight,
@@ -79,7 +82,7 @@ class Supervisor:
         log_fd = open_run_log(req)
         with self._shared.reap_lock:
             child = start_gated(req, env, argv, log_fd, self._spawn, self._mono)
-            self._track(req, child)
+            self._track(req, child, guard_child(req, child))
         self._shared.wake()
         return Spawned(req.run_id, child.pid, child.start_time)
 
@@ -169,12 +172,22 @@ class Supervisor:
             if run_id in self._shared.runs:
                 raise ValueError(f"run {run_id} is already supervised")
 
-    def _track(self, req: RunRequest, child: GatedChild) -> None:
+    def _track(self, req: RunRequest, child: GatedChild, guard: Guard) -> None:
         """Hand the new child to the supervisor thread, unless shutdown began meanwhile."""
         with self._shared.lock:
             if not self._shared.stopping:
-                self._shared.runs[req.run_id] = TrackedRun.of(req, child, self._echo)
+                self._shared.runs[req.run_id] = TrackedRun.of(req, child, self._echo, guard)
                 self._shared.post(("register", req.run_id))
                 return
         child.discard()
+        guard.end()
         raise RuntimeError("the supervisor is shutting down")
+
+
+def guard_child(req: RunRequest, child: GatedChild) -> Guard:
+    """The child's guard (proc.guard); a child that cannot be guarded is discarded, never run."""
+    try:
+        return start_guard(child.pid, req.kill_grace)
+    except OSError as exc:
+        child.discard()
+        raise SpawnError(exc.errno or errno.EIO, f"cannot guard run {req.run_id} of {req.job}: {exc}") from exc

@@ -35,13 +35,35 @@ if TYPE_CHECKING:
 STORE_ENV = "CRONCTL_STORE"
 
 
+DRIVER_HINT = "install the PostgreSQL driver: pip install 'cronctl[postgres]'"
+_warned_about_argv = False
+
+
 def selected_url(option: str | None, env: Mapping[str, str]) -> StoreUrl | None:
     """`--store` wins over $CRONCTL_STORE; None: the JSON store of the home."""
     if not (option or env.get(STORE_ENV)):
         return None  # the common case imports nothing of PostgreSQL
-    from cronctl.store.pg.connect import store_url_from
+    try:
+        from cronctl.store.pg.connect import store_url_from
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] != "psycopg":
+            raise
+        raise CronctlError(f"--store: {DRIVER_HINT}") from None
+    url = store_url_from(option, env)
+    if option and url is not None and url.password:
+        warn_password_in_argv()
+    return url
 
-    return store_url_from(option, env)
+
+def warn_password_in_argv() -> None:
+    """Once per process: a password given with --store is in the command line, which `ps`
+    shows every user of the host."""
+    global _warned_about_argv
+    if _warned_about_argv:
+        return
+    _warned_about_argv = True
+    print(f"cronctl: warning: --store carries a password, which any user of this host sees with 'ps'; "
+          f"put the URL in ${STORE_ENV} or the password in ~/.pgpass instead", file=sys.stderr)
 
 
 class PgSession:

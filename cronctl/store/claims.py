@@ -77,6 +77,7 @@ class NewClaim:
     held_until: datetime | None = None
     # Claimed ahead: what the claim set next_run_at to (handing the slot back restores it).
     advanced_to: str | None = None
+    fence: int = 0  # the claim's fence number, given to the job as CRONCTL_FENCE (next_fence)
 
 
 @dataclass
@@ -91,9 +92,24 @@ def new_run_id(now: datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
+def next_fence(state: dict[str, Any], now: datetime) -> int:
+    """The job's next fence number (SPEC §9, CRONCTL_FENCE): one more than its last claim's.
+
+    Kept in the job's state, so it increases under the same lock (the JSON store's file
+    lock, PostgreSQL's row lock) that serializes the job's claims, on both stores alike. A
+    job's first claim starts from the wall clock in milliseconds, so a job removed and
+    defined again under the same name starts above every number its old self handed out.
+    """
+    last = state.get("fence")
+    fence = int(last) + 1 if isinstance(last, int) else int(now.timestamp() * 1000)
+    state["fence"] = fence
+    return fence
+
+
 def _claim_record(new: NewClaim, owner: Owner, lease: Lease, now: datetime) -> dict[str, Any]:
     return {
         "run_id": new.run_id,
+        "fence": new.fence,
         "slot": to_iso(new.slot),
         "trigger": new.trigger,
         "attempt": new.attempt,
@@ -212,7 +228,8 @@ def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger:
         return
     if claims and spec.overlap is Overlap.REPLACE:
         replaces = list(claims)
-    new = NewClaim(spec.name, new_run_id(now), slot, trigger.value, attempt, spec, late, replaces, held_until)
+    new = NewClaim(spec.name, new_run_id(now), slot, trigger.value, attempt, spec, late, replaces, held_until,
+                   fence=next_fence(state, now))
     claims[new.run_id] = _claim_record(new, owner, lease, now)
     if due_at is not None:  # a retry is late from its own due time, not from its slot's
         claims[new.run_id]["due_at"] = due_at
@@ -220,7 +237,7 @@ def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger:
     batch.events.append(Event(AuditEvent.RUN_CLAIMED, {
         "job": spec.name, "run_id": new.run_id, "slot": to_iso(slot), "trigger": trigger.value, "attempt": attempt,
         "late": late or None, "reason": "scheduler_missed" if late else None, "replaces": replaces or None,
-        "pid": owner.pid, "generation": owner.generation, "held_until": to_iso(held_until),
+        "pid": owner.pid, "generation": owner.generation, "held_until": to_iso(held_until), "fence": new.fence,
     }))
 
 

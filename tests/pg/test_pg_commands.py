@@ -52,7 +52,8 @@ _MASKS = (
     (re.compile(r"\bpid[= ]\d+"), "pid <PID>"),
     (re.compile(r"\d(\.\d+)?e\+09"), "<EPOCH>"),
 )
-_MASKED_KEYS = {"pid", "generation", "duration", "duration_s", "last_duration", "log"}
+# fence: its first number comes from the claim instant (store/claims.py next_fence).
+_MASKED_KEYS = {"pid", "generation", "duration", "duration_s", "last_duration", "log", "fence"}
 # PostgreSQL's addition (`host`, checked on its own) and the JSON store's outbox of a run's
 # rows and hook (`pending`: PostgreSQL commits them with the run's end, it keeps none).
 _LEFT_OUT = {"host", "pending"}

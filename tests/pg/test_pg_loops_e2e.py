@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from tests import pgserver
-from tests.loophelp import processes_with_run_id, stop, wait_until
+from tests.loophelp import kill_hard_with_guards, processes_with_run_id, stop, wait_until
 from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
 
 pytestmark = pytest.mark.slow
@@ -114,8 +114,7 @@ def test_a_dead_owner_on_the_same_host_is_reclaimed_within_a_tick(tmp_path: Path
     try:
         run_id = wait_until(lambda: _running_run(store_url, "host-a"), timeout=60)
         wait_until(lambda: f"start {run_id}" in (oracle.read_text() if oracle.exists() else ""), timeout=30)
-        os.kill(first.pid, signal.SIGKILL)  # the loop alone dies; its child lives on
-        first.wait(timeout=10)
+        kill_hard_with_guards(first)  # the loop and its guards die; its child lives on
         assert processes_with_run_id(run_id)
         again = start_host_loop(tmp_path / "a", store_url, "host-a")
         reason = wait_until(lambda: one(store_url, "SELECT reason FROM cronctl_audit WHERE event = 'claim.reclaimed'"

@@ -23,6 +23,7 @@ from cronctl.clock import Clock
 from cronctl.errors import StoreError
 from cronctl.store.pg.deadline import DEFAULT_DEADLINE_S, DeadlineConnection
 from cronctl.store.pg.redact import redact
+from cronctl.store.pg.urlshape import libpq_words, shape
 
 STORE_ENV = "CRONCTL_STORE"
 SCHEMES = ("postgresql", "postgres")
@@ -87,17 +88,26 @@ class StoreUrl:
 
 
 def parse_store_url(text: str) -> StoreUrl:
-    """A `postgresql://` URL checked by libpq's own parser; a clear StoreError otherwise."""
-    shown = redact(text)
-    if urlsplit(text).scheme.lower() not in SCHEMES:
-        raise StoreError(f"--store: expected a postgresql:// URL, got {shown!r}")
+    """A `postgresql://` URL checked by libpq's own parser; a clear StoreError otherwise.
+
+    A URL that does not parse is never echoed, not even redacted (where its password
+    ends is what is unknown): the error names its scheme and host only (urlshape).
+    """
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme not in SCHEMES:
+        raise StoreError(f"--store: expected a postgresql:// URL ({shape(text)}; the rest is not shown)")
     authority = text.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
     if authority.count("@") > 1:
-        raise StoreError(f"--store {shown}: the user or password contains a raw '@'; write it as %40")
+        raise StoreError(f"--store ({shape(text)}): the user or password contains a raw '@'; write it as %40")
     try:
+        urlsplit(text).port  # noqa: B018 - raises on an unclosed IPv6 bracket or a bad port
         conninfo_to_dict(text)
+    except ValueError as exc:
+        raise StoreError(f"--store ({shape(text)}): cannot parse the URL: {libpq_words(str(exc))}") from None
     except psycopg.Error as exc:
-        raise StoreError(f"--store {shown}: {redact(str(exc).strip(), (text,))}") from None
+        words = libpq_words(str(exc))
+        hint = " (write a '%' in the user or password as %25)" if "percent-encoded token" in words else ""
+        raise StoreError(f"--store ({shape(text)}): libpq cannot parse the URL: {words}{hint}") from None
     return StoreUrl(text)
 
 

@@ -113,6 +113,15 @@ class LoopRow:
     heartbeat_age_s: float  # on the database clock
     stopped: bool
 
+    @property
+    def state(self) -> str:
+        """As `status` judges it (store/pg/loops.py): doctor and status --stale agree."""
+        from cronctl.store.pg.loops import UNREACHABLE_AFTER_S
+
+        if self.stopped:
+            return "stopped"
+        return "ok" if self.heartbeat_age_s <= UNREACHABLE_AFTER_S else "unreachable"
+
 
 @dataclass(frozen=True)
 class PgHealth:
@@ -170,7 +179,7 @@ class PgDocStore(Store):
             assert row is not None
             loops = conn.execute(
                 "SELECT host_id, pid, extract(epoch FROM clock_timestamp() - heartbeat_at), stopped_at IS NOT NULL"
-                " FROM cronctl_loops WHERE stopped_at IS NULL OR stopped_at > clock_timestamp() - interval '1 day'"
+                " FROM cronctl_loops WHERE heartbeat_at >= clock_timestamp() - interval '1 day'"  # as status
                 " ORDER BY host_id, started_at").fetchall()
         return PgHealth(version, row[0], [LoopRow(host, int(pid), float(age), bool(stopped))
                                           for host, pid, age, stopped in loops], int(row[1]))
