@@ -40,7 +40,7 @@ def copies(oracle: Path) -> dict[str, dict[str, float]]:
 def test_a_killed_loop_with_no_restart_never_overlaps_the_next_hosts_copy(tmp_path: Path, store_url: str) -> None:
     oracle = tmp_path / "oracle.txt"
     seed(store_url, tmp_path, LONG.format(oracle=oracle))
-    a = start_host_loop(tmp_path / "a", store_url, "host-a", "--lease", "3s")
+    a = start_host_loop(tmp_path / "a", store_url, "host-a", "--lease", "9s")
     b = None
     try:
         run_a = wait_until(lambda: one(store_url, "SELECT run_id FROM cronctl_runs WHERE state = 'running'"
@@ -50,7 +50,7 @@ def test_a_killed_loop_with_no_restart_never_overlaps_the_next_hosts_copy(tmp_pa
         died = time.time()
         os.kill(a.pid, signal.SIGKILL)  # the loop alone: nothing restarts on host A, the host stays up
         a.wait(timeout=10)
-        b = start_host_loop(tmp_path / "b", store_url, "host-b", "--lease", "3s")
+        b = start_host_loop(tmp_path / "b", store_url, "host-b", "--lease", "9s")
         run_b = wait_until(lambda: next((r for r in copies(oracle) if r != run_a), None), timeout=90)
         seen = copies(oracle)
         assert "end" in seen[run_a], seen  # told to end by its guard, not left running
