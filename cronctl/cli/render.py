@@ -383,6 +383,8 @@ def loop_line(row: dict[str, Any]) -> str | None:
     if short is None:
         return None
     text = short(row)
+    if text is None:
+        return None
     return f"{clock} {job:<16} {text}" if job else f"{clock} {text}"
 
 
@@ -396,11 +398,20 @@ def _finished(row: dict[str, Any]) -> str:
     return f"{status}{code}{took}{reason}"
 
 
+def _skipped(row: dict[str, Any]) -> str | None:
+    slot = str(row.get("slot", ""))[11:23]
+    if row.get("reason") != "cancelled_before_slot":
+        return f"skipped   slot {slot} ({row.get('reason')})"
+    if row.get("why") == "shutdown":
+        return None  # the loop's last line counts these once
+    return f"not run   slot {slot}: the job changed before it began ({row.get('why')})"
+
+
 _LOOP_LINES: dict[str, Any] = {
     "run.started": lambda r: (f"started   run {r.get('run_id')} (slot {str(r.get('slot', ''))[11:23]}, "
                               f"pid {r.get('pid')})"),
     "run.finished": lambda r: f"finished  {_finished(r)}",
-    "run.skipped": lambda r: f"skipped   slot {str(r.get('slot', ''))[11:23]} ({r.get('reason')})",
+    "run.skipped": lambda r: _skipped(r),
     "run.missed": lambda r: f"missed    {r.get('count')} slot(s) ({r.get('reason')}, catchup {r.get('catchup')})",
     "run.retry_scheduled": lambda r: f"retry     attempt {r.get('attempt')} at {str(r.get('due_at', ''))[11:19]}",
     "run.spawn_failed": lambda r: f"NOT STARTED: could not spawn ({r.get('error')}); next slot fires normally",

@@ -106,6 +106,7 @@ class Engine:
         self.options = options or EngineOptions()
         self.wake = wake or threading.Event()
         self.active: dict[str, ActiveRun] = {}
+        self.handed_back = 0  # runs claimed ahead that shutdown handed back unstarted
         self.on_failure_runs: set[str] = set()
         self.finished_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending = _Pending()
@@ -574,7 +575,7 @@ class Engine:
         then stays, and the next loop reclaims it as lost.
         """
         try:
-            self.cancel_held("shutdown")
+            self.handed_back = self.cancel_held("shutdown")
         except Exception as exc:  # their claims then stay, and the next loop reclaims them
             print(f"cronctl: could not hand back runs claimed ahead: {exc}", file=sys.stderr)
         if wait is None:
