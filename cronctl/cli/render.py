@@ -6,9 +6,12 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from cronctl.models import command_text
+
+if TYPE_CHECKING:
+    from cronctl.cli.termview import Terminal
 
 
 def _console(stderr: bool = False):  # type: ignore[no-untyped-def]
@@ -288,10 +291,15 @@ def audit_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def status_view(data: dict[str, Any], only_stale: bool) -> None:
-    print_lines(status_lines(data, only_stale))
+    from cronctl.cli.termview import Terminal, colour_wanted
+
+    print_lines(status_lines(data, only_stale, Terminal(width=output_width(), colour=colour_wanted())))
 
 
-def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
+def status_lines(data: dict[str, Any], only_stale: bool, term: Terminal | None = None) -> list[str]:
+    from cronctl.cli.termview import Terminal, paint
+
+    term = term or Terminal()
     parts: list[str] = []
     loop = data["loop"]
     age = loop.get("heartbeat_age")
@@ -299,15 +307,41 @@ def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
     pid = f" pid {loop['pid']}" if loop.get("pid") else ""
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
     if not only_stale or data["loop_stale"]:
-        parts.append(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}")
+        parts.append(f"loop: {paint(loop['state'], term)}{pid}{beat}{standby} — {loop['reason']}")
         parts.extend(_cluster_lines(data.get("loops"), only_stale))
     if not data["jobs"]:
         if only_stale and not data["stale"]:
             parts.append("nothing is stale")
         return parts
-    rows = [(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
-             job["reason"]) for job in data["jobs"]]
-    return parts + columns(("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"), rows)
+    rows: list[tuple[str, ...]] = [
+        (job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
+         job["reason"]) for job in data["jobs"]]
+    return parts + status_table(STATUS_HEADER, rows, term)
+
+
+# On a narrow terminal these go first, in this order; REASON (the last column) is then cut.
+STATUS_HEADER = ("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON")
+STATUS_DROP_ORDER = ("FAULT", "LAST")
+MIN_REASON = 16
+
+
+def status_table(header: tuple[str, ...], rows: list[tuple[str, ...]], term: Terminal) -> list[str]:
+    """The job table of `status`: whole rows with ISO instants on a pipe; on a terminal
+    (or with COLUMNS) fitted to the width as `list` is, NEXT relative, STATE in colour."""
+    from cronctl.cli.termview import paint_states
+    from cronctl.timefmt import from_iso
+
+    if term.width is None:
+        return columns(header, rows)
+    at = header.index("NEXT")
+
+    def when(cell: str) -> str:
+        instant = from_iso(cell) if cell != "-" else None
+        return relative(instant, term.now) if instant is not None else cell
+
+    rows = [(*row[:at], when(row[at]), *row[at + 1:]) for row in rows]
+    lines = fitted_columns(header, rows, term.width, STATUS_DROP_ORDER, MIN_REASON)
+    return paint_states(lines, [row[1] for row in rows], term)
 
 
 def _cluster_lines(loops: list[dict[str, Any]] | None, only_stale: bool) -> list[str]:

@@ -45,6 +45,7 @@ def _echo_decision(row: dict[str, Any]) -> None:
 
 
 def status(stale: bool = False, json_out: bool = False, watch: bool = False, interval: float = 2.0) -> int | None:
+    from cronctl.cli.termview import Terminal
     from cronctl.ops.status import status as status_report
     from cronctl.ops.status import status_json
 
@@ -53,7 +54,9 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
         def frame() -> list[str]:
             data = status_json(status_report(ctx), only_stale=stale)
             title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
-            return [title, *render.status_lines(data, stale)]
+            # Relative times that tick, fitted to the width; no colour codes in rich's Live.
+            term = Terminal(width=render.output_width(), colour=False)
+            return [title, *render.status_lines(data, stale, term)]
 
         render.watch(frame, interval)
         return None

@@ -1,0 +1,73 @@
+"""First contact, third pass (issue 26): what a new user trips on, each fixed and kept."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cronctl_bin, subprocess_env
+
+REPO = Path(__file__).resolve().parent.parent
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
+
+
+@pytest.fixture
+def demo(cli, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli("apply", "-f", str(REPO / "jobs.example.yaml")).code == 0
+    assert cli("add", "a-job-with-a-rather-long-name", "--every", "1m", "--", "false").code == 0
+    return cli
+
+
+def test_status_fits_80_columns_with_relative_times(demo, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("COLUMNS", "80")
+    out = demo("status").out
+    table = out.splitlines()[1:]
+    assert table[0].split() == ["JOB", "STATE", "NEXT", "REASON"]  # FAULT and LAST dropped first
+    assert all(len(line) <= 80 for line in table), out
+    assert re.search(r"^heartbeat\s+ok\s+in \d+s\s", out, re.M), out
+    assert not ISO.search("\n".join(table)), out
+    assert not ANSI.search(out)
+
+
+def test_status_on_a_pipe_keeps_whole_rows_and_json_stays_absolute(demo) -> None:  # type: ignore[no-untyped-def]
+    out = demo("status").out
+    assert "FAULT" in out and ISO.search(out)
+    jobs = demo("status", "--json").json()["jobs"]
+    assert all(ISO.match(job["next_run_at"]) for job in jobs if job["next_run_at"])
+
+
+def _status_on_a_pty(home: Path, **extra: str) -> str:
+    env = {k: v for k, v in subprocess_env(home).items() if k not in ("NO_COLOR", "COLUMNS")}
+    env.update(TERM="xterm-256color", **extra)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*cronctl_bin(), "status"], env=env, stdin=follower, stdout=follower,
+                            stderr=follower)
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        screen += chunk
+    proc.wait(timeout=60)
+    os.close(leader)
+    return screen.decode()
+
+
+@pytest.mark.slow
+def test_status_has_colour_on_a_terminal_and_none_with_no_color(demo, home: Path) -> None:  # type: ignore[no-untyped-def]
+    coloured = _status_on_a_pty(home)
+    assert "\x1b[32mok\x1b[0m" in coloured and "\x1b[33mstopped" in coloured, coloured
+    assert re.search(r"in \d+s", coloured)
+    plain = _status_on_a_pty(home, NO_COLOR="1")
+    assert not ANSI.search(plain) and "heartbeat" in plain, plain
