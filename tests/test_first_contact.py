@@ -71,3 +71,38 @@ def test_status_has_colour_on_a_terminal_and_none_with_no_color(demo, home: Path
     assert re.search(r"in \d+s", coloured)
     plain = _status_on_a_pty(home, NO_COLOR="1")
     assert not ANSI.search(plain) and "heartbeat" in plain, plain
+
+
+def test_audit_event_matches_a_prefix_and_refuses_an_unknown_event(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("add", "tick", "--every", "1m", "--", "true").code == 0
+    assert cli("pause", "tick").code == 0
+    rows = cli("audit", "--event", "job", "--json").json()["rows"]
+    assert [row["event"] for row in rows] == ["job.added", "job.paused"]
+    assert [r["event"] for r in cli("audit", "--event", "job.*", "--json").json()["rows"]] == ["job.added", "job.paused"]
+    assert [r["event"] for r in cli("audit", "--event", "job.added", "--json").json()["rows"]] == ["job.added"]
+    assert cli("audit", "--event", "chain").code == 0  # a known group with no rows yet: fine
+    bad = cli("audit", "--event", "nonsense")
+    assert bad.code == 1 and bad.out == ""
+    assert bad.err.startswith("cronctl: error: --event 'nonsense' matches no audit event") and "run.finished" in bad.err
+    assert cli("audit", "--event", "job.add").code == 1  # no event is named that, and it is no group
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["history", "-n", "x"], ["audit", "-n", "-1"], ["list", "--bogus"], ["bogus"]])
+def test_a_command_line_that_does_not_parse_is_one_error_line_exit_2(home: Path, args: list[str]) -> None:
+    done = subprocess.run([*cronctl_bin(), *args], env=subprocess_env(home), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("cronctl: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "Usage:" not in done.stderr and "--help" in done.stderr
+
+
+def test_remove_of_a_job_from_a_file_says_the_next_apply_creates_it_again(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - name: tick\n    every: 1m\n    command: 'true'\n")
+    assert cli("apply", "-f", str(jobs)).code == 0
+    gone = cli("remove", "tick")
+    assert gone.code == 0 and gone.out == "removed tick\n"
+    assert f"came from {jobs}" in gone.err and "creates it again" in gone.err
+    assert cli("add", "hand", "--every", "1m", "--", "true").code == 0
+    assert cli("remove", "hand").err == ""

@@ -84,8 +84,12 @@ def command_from_args(args: list[str] | None) -> str | list[str] | None:
 def remove(name: str, force: bool = False) -> None:
     from cronctl.ops import definitions as ops
 
-    killed = ops.remove_job(open_context(), name, force)
+    removed = ops.remove_job(open_context(), name, force)
+    killed = removed.killed
     render.say(f"removed {name}" + (f" (killed {killed} running run(s))" if killed else ""))
+    if removed.source:
+        render.warn(f"job '{name}' came from {removed.source}: the next 'cronctl apply -f' or 'cronctl run -f' "
+                    "of that file creates it again; remove it from the file to keep it gone")
 
 
 def list_jobs(json_out: bool = False) -> None:

@@ -38,8 +38,15 @@ def audit(
     Example: cronctl audit --job backup --event 'run.*' --since 1h
     """
     # Imported here: only this command needs it (start-up time).
-    from cronctl.store.audit import filter_rows
+    from cronctl.store.audit import check_event, filter_rows
 
+    if event is not None:
+        from cronctl.errors import CronctlError
+        from cronctl.models import AuditEvent
+
+        problem = check_event(event, [str(e) for e in AuditEvent])
+        if problem is not None:
+            raise CronctlError(problem)
     ctx = open_context()
     rows = filter_rows(ctx.audit.rows(), job=job, event=event,
                        since=_since(since, ctx) if since else None, limit=count)

@@ -146,7 +146,13 @@ def _reschedule_if_needed(old: JobSpec, new: JobSpec, state: dict[str, Any], now
     state["completed"] = False
 
 
-def remove_job(ctx: Context, name: str, force: bool = False) -> int:
+@dataclass(frozen=True)
+class Removed:
+    killed: int  # runs ended first (--force)
+    source: str | None  # the file that defined the job: its next apply re-creates it
+
+
+def remove_job(ctx: Context, name: str, force: bool = False) -> Removed:
     """Delete a job; refuse while it runs unless `force`, which ends its runs first."""
     with ctx.store.transaction() as doc:
         view = JobView.from_entry(get_entry(doc, name))
@@ -159,7 +165,7 @@ def remove_job(ctx: Context, name: str, force: bool = False) -> int:
         killed = _terminate_claims(ctx, name, view.claims) if view.claims else 0
         del doc["jobs"][name]
     ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, forced=force or None, killed_runs=killed or None)
-    return killed
+    return Removed(killed, view.spec.source)
 
 
 def _terminate_claims(ctx: Context, name: str, claims: dict[str, Any]) -> int:
@@ -354,7 +360,7 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
     try:
         first = view.next_run_at if use_state and view.next_run_at else None
         if first is None:
-            first = _first_at_or_after(spec, origin)
+            first = _first_after(spec, origin)
         slot = first
         while slot is not None and len(out) < count:
             out.append(slot)
@@ -364,14 +370,12 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
     return out
 
 
-def _first_at_or_after(spec: JobSpec, origin: datetime) -> datetime | None:
-    if spec.every is not None:
+def _first_after(spec: JobSpec, origin: datetime) -> datetime | None:
+    """The first fire strictly after `origin`: cron started at an instant never fires at
+    that instant itself, so neither does `next --from` count it."""
+    if spec.every is not None or spec.cron is not None:
         return first_slot(spec, origin)
-    if spec.cron is not None:
-        from datetime import timedelta
-
-        return first_slot(spec, origin - timedelta(microseconds=1))
-    return spec.at if spec.at is not None and spec.at >= origin else None
+    return spec.at if spec.at is not None and spec.at > origin else None
 
 
 # --- pause / resume ------------------------------------------------------------
