@@ -415,7 +415,9 @@ class Engine:
             return
         except Exception as exc:
             # Anything else that stops one spawn must not leak this claim, nor
-            # leave the rest of the batch claimed and gated forever.
+            # leave the rest of the batch claimed and gated forever; nor a child that
+            # was started before it failed: its gate closes, so nothing of it runs.
+            self.supervisor.cancel_gate(new.run_id)
             refused.append(spawn_refused(new, getattr(exc, "errno", None), f"{type(exc).__name__}: {exc}"))
             return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
