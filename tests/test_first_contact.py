@@ -107,3 +107,64 @@ def test_remove_of_a_job_from_a_file_says_the_next_apply_creates_it_again(cli, t
     assert f"came from {jobs}" in gone.err and "creates it again" in gone.err
     assert cli("add", "hand", "--every", "1m", "--", "true").code == 0
     assert cli("remove", "hand").err == ""
+
+
+def test_show_escapes_terminal_sequences_in_command_and_on_failure(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("add", "esc", "--every", "1m", "--on-failure", "echo \x1b]0;title\x07", "--",
+               "echo \x1b[2J\x1b[H").code == 0
+    out = cli("show", "esc").out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "echo \\x1b[2J\\x1b[H" in out and "echo \\x1b]0;title\\x07" in out
+
+
+def test_an_error_quoting_a_name_with_a_newline_is_one_escaped_line(cli) -> None:  # type: ignore[no-untyped-def]
+    bad = cli("add", "bad\nname\x1b[2J", "--every", "1m", "--", "true")
+    assert bad.code == 1 and bad.err.count("\n") == 1 and "\x1b" not in bad.err
+    assert "'bad\\nname\\x1b[2J'" in bad.err
+    missing = cli("show", "x\ny")
+    assert missing.err.count("\n") == 1 and "'x\\ny'" in missing.err
+
+
+def test_terminal_safe_passes_colours_and_escapes_every_other_control() -> None:
+    from cronctl.cli.safeout import TerminalSafe
+
+    safe = TerminalSafe()
+    out = safe.feed(b"ok \x1b[31mred\x1b[0m\tx\n\x1b[2J\x1b]0;t\x07\r") + safe.end()
+    assert out == b"ok \x1b[31mred\x1b[0m\tx\n\\x1b[2J\\x1b]0;t\\x07\\x0d"
+    split = TerminalSafe()  # a colour cut between two chunks stays a colour
+    assert split.feed(b"a\x1b[3") + split.feed(b"1mb") + split.end() == b"a\x1b[31mb"
+    cut = TerminalSafe()  # and a lone ESC at the very end is escaped at the end
+    assert cut.feed(b"a\x1b") + cut.end() == b"a\\x1b"
+
+
+@pytest.mark.slow
+def test_logs_on_a_terminal_escapes_the_jobs_control_sequences_unless_raw(home: Path) -> None:
+    env = subprocess_env(home)
+    assert subprocess.run([*cronctl_bin(), "add", "esc", "--every", "1h", "--",
+                           "printf 'a\\033[2Jb\\033[32mgreen\\033[0m\\n'"],
+                          env=env, capture_output=True, timeout=60).returncode == 0
+    assert subprocess.run([*cronctl_bin(), "force-run", "esc", "--wait"], env=env, capture_output=True,
+                          timeout=60).returncode == 0
+
+    def logs_on_a_pty(*extra: str) -> bytes:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([*cronctl_bin(), "logs", "esc", *extra], env=env, stdin=follower,
+                                stdout=follower, stderr=follower)
+        os.close(follower)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            screen += chunk
+        proc.wait(timeout=60)
+        os.close(leader)
+        return screen
+
+    assert b"a\\x1b[2Jb\x1b[32mgreen\x1b[0m" in logs_on_a_pty()
+    assert b"a\x1b[2Jb" in logs_on_a_pty("--raw")
+    piped = subprocess.run([*cronctl_bin(), "logs", "esc"], env=env, capture_output=True, timeout=60)
+    assert piped.stdout == b"a\x1b[2Jb\x1b[32mgreen\x1b[0m\n"

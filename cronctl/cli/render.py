@@ -53,11 +53,17 @@ def say(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    print(_printable(f"cronctl: warning: {message}"), file=sys.stderr)
+    print(_one_line(f"cronctl: warning: {message}"), file=sys.stderr)
 
 
 def error(message: str) -> None:
-    print(_printable(f"cronctl: error: {message}"), file=sys.stderr)
+    print(_one_line(f"cronctl: error: {message}"), file=sys.stderr)
+
+
+def _one_line(text: str) -> str:
+    """A message is one line whatever it quotes: a name or value with a newline or an
+    escape sequence in it is shown escaped (\n, \x1b), never obeyed by the terminal."""
+    return _printable(text).translate(_ESCAPED)
 
 
 def _printable(text: str) -> str:
@@ -217,7 +223,7 @@ def _cut(text: str, cells: int) -> str:
 def job_detail(fields: list[tuple[str, str]]) -> None:
     width = max((len(k) for k, _ in fields), default=0)
     for key, value in fields:
-        say(f"{key.ljust(width)}  {value}")
+        say(f"{key.ljust(width)}  {_shown(value)}")  # a command's escape sequences shown, not obeyed
 
 
 def local_iso(when: datetime) -> str:

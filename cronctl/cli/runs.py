@@ -22,6 +22,7 @@ from cronctl.durations import parse_duration
 from cronctl.errors import CronctlError
 
 if TYPE_CHECKING:
+    from cronctl.cli.safeout import TerminalSafe
     from cronctl.context import Context
 
 
@@ -138,26 +139,37 @@ def logs(
     name: Annotated[str, typer.Argument(help="Job.")],
     run_id: Annotated[Optional[str], typer.Option("--run", help="Run id (default: the last run).")] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing while the run goes on.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="On a terminal too, the bytes as the job wrote them "
+                                      "(by default control sequences other than colours are escaped).")] = False,
 ) -> None:
     """A run's captured output.
 
     Example: cronctl logs backup -f
     """
     # Imported here: only this command needs it (start-up time).
+    from cronctl.cli.safeout import TerminalSafe
     from cronctl.ops.runs import log_path
 
     ctx = open_context()
     found_id, path = log_path(ctx, name, run_id)
+    escape = None if raw or not sys.stdout.isatty() else TerminalSafe()
     if not isinstance(path, Path):  # PostgreSQL: a run of another host, its stored tail
-        sys.stdout.write(path.text)
+        text = path.text.encode("utf-8", "surrogateescape")
+        sys.stdout.buffer.write(escape.feed(text) + escape.end() if escape else text)
+        sys.stdout.flush()
         print(f"cronctl: run {found_id} ran on host {path.host}: this is the tail the store keeps; "
               "the whole log is in the home there", file=sys.stderr)
         return
-    _print_log(ctx, name, found_id, path, follow)
+    _print_log(ctx, name, found_id, path, follow, escape)
 
 
-def _print_log(ctx: Context, job: str, run_id: str, path: Path, follow: bool) -> None:
-    """Copy the log to stdout; with follow, keep copying until the run is over."""
+def _print_log(ctx: Context, job: str, run_id: str, path: Path, follow: bool,
+               escape: TerminalSafe | None = None) -> None:
+    """Copy the log to stdout; with follow, keep copying until the run is over. `escape`:
+    on a terminal, control sequences of the job's output are shown, not obeyed."""
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(escape.feed(chunk) if escape else chunk)
+
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops.runs import run_is_active
 
@@ -165,12 +177,13 @@ def _print_log(ctx: Context, job: str, run_id: str, path: Path, follow: bool) ->
         while True:
             chunk = handle.read(65536)
             if chunk:
-                sys.stdout.buffer.write(chunk)
+                write(chunk)
                 sys.stdout.flush()
                 continue
             if not follow or not run_is_active(ctx, job, run_id):
-                rest = handle.read()
-                sys.stdout.buffer.write(rest)
+                write(handle.read())
+                if escape:
+                    sys.stdout.buffer.write(escape.end())
                 return
             time.sleep(0.2)
 
