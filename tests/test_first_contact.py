@@ -168,3 +168,31 @@ def test_logs_on_a_terminal_escapes_the_jobs_control_sequences_unless_raw(home: 
     assert b"a\x1b[2Jb" in logs_on_a_pty("--raw")
     piped = subprocess.run([*cronctl_bin(), "logs", "esc"], env=env, capture_output=True, timeout=60)
     assert piped.stdout == b"a\x1b[2Jb\x1b[32mgreen\x1b[0m\n"
+
+
+def test_doctor_on_an_unwritable_home_is_not_ok(cli, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    assert cli("add", "tick", "--every", "1m", "--", "true").code == 0
+    assert cli("doctor").code == 0
+    if os.geteuid() != 0:  # the real thing; root writes through a mode of 0500
+        home.chmod(0o500)
+        (home / "audit.jsonl").chmod(0o400)
+        try:
+            real = cli("doctor", "--json")
+        finally:
+            home.chmod(0o700)
+            (home / "audit.jsonl").chmod(0o600)
+        assert real.code == 1 and "writable" in real.out
+    import cronctl.ops.doctor as doctor
+
+    def refused(path: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(doctor, "probe_write", refused)
+    result = cli("doctor")
+    assert result.code == 1
+    assert f"[action] writable: cannot create a file in {home}: Permission denied" in result.out
+
+
+def test_doctor_reads_the_demo_chain_jobs_cleanly(demo) -> None:  # type: ignore[no-untyped-def]
+    out = demo("doctor").out
+    assert "[ok] jobs:" in out and "load" not in out
