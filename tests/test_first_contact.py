@@ -196,3 +196,40 @@ def test_doctor_on_an_unwritable_home_is_not_ok(cli, home: Path, monkeypatch: py
 def test_doctor_reads_the_demo_chain_jobs_cleanly(demo) -> None:  # type: ignore[no-untyped-def]
     out = demo("doctor").out
     assert "[ok] jobs:" in out and "load" not in out
+
+
+def test_import_crontab_warns_of_the_default_zone_only_for_jobs_without_one() -> None:
+    from cronctl.interop.crontab_import import import_crontab
+    from cronctl.interop.crontab_yaml import report_lines
+
+    zoned = import_crontab("CRON_TZ=Europe/Berlin\n0 3 * * * /opt/backup.sh\n", "x", default_zone="Etc/UTC")
+    assert not any("CRON_TZ" in line for line in report_lines(zoned))
+    mixed = import_crontab("0 1 * * * /opt/a.sh\nCRON_TZ=Europe/Berlin\n0 3 * * * /opt/b.sh\n", "x",
+                           default_zone="Etc/UTC")
+    assert "1 job(s) without CRON_TZ/TZ run in Etc/UTC" in "\n".join(report_lines(mixed))
+
+
+def test_import_crontab_keeps_the_case_of_what_it_quotes_and_names_jobs_readably() -> None:
+    from cronctl.interop.crontab_import import import_crontab
+
+    result = import_crontab("0 0 L * * /usr/bin/echo hi\n*/5 * * * * /opt/backup.sh --full\n"
+                            "0 3 * * 1 /opt/backup.sh\n0 3 * * 1 /opt/backup.sh --other\n", "x")
+    assert "day-of-month 'L' is not a number" in result.skipped[0].reason
+    names = [job.entry["name"] for job in result.jobs]
+    assert names[:2] == ["backup-every-5m", "backup-mon-0300"]
+    assert names[2].startswith("backup-mon-0300-") and len(set(names)) == 3
+
+
+@pytest.mark.slow
+def test_import_crontab_o_removes_the_temp_file_a_killed_run_left(home: Path, tmp_path: Path) -> None:
+    crontab = tmp_path / "crontab"
+    crontab.write_text("0 3 * * * /opt/backup.sh\n")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a writer killed mid-write left its temp file; its pid is gone
+    stale = tmp_path / f".out.yaml.{dead.pid}.tmp"
+    stale.write_text("half a file")
+    done = subprocess.run([*cronctl_bin(), "import-crontab", str(crontab), "-o", str(tmp_path / "out.yaml")],
+                          env=subprocess_env(home), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not stale.exists() and (tmp_path / "out.yaml").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -24,8 +24,10 @@ def report_lines(result: ImportResult) -> list[str]:
     if users:
         lines.append(f"cron ran these jobs as {', '.join(users)}; cronctl runs every job as the user that runs "
                      "`cronctl run`")
-    lines.append(f"jobs without CRON_TZ/TZ run in {result.default_zone} (--timezone; by default this host's "
-                 "zone, which cron used for them)")
+    unzoned = sum(1 for job in result.jobs if not job.zone_given)
+    if unzoned:  # every job has its CRON_TZ: nothing to say
+        lines.append(f"{unzoned} job(s) without CRON_TZ/TZ run in {result.default_zone} (--timezone; by "
+                     "default this host's zone, which cron used for them)")
     return sorted(lines, key=_line_order)
 
 
