@@ -233,3 +233,42 @@ def test_import_crontab_o_removes_the_temp_file_a_killed_run_left(home: Path, tm
     assert done.returncode == 0, done.stderr
     assert not stale.exists() and (tmp_path / "out.yaml").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_export_of_the_loop_unit_on_an_empty_home_does_not_warn(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("export", "--format", "systemd-service")
+    assert result.code == 0 and "TimeoutStopSec=" in result.out
+    assert "no jobs to export" not in result.err
+    assert "no jobs to export" in cli("export", "--format", "crontab").err
+
+
+def test_doctor_finds_an_installed_unit_whose_stop_timeout_no_longer_covers_the_jobs(
+        cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import cronctl.ops.unitcheck as unitcheck
+
+    units = tmp_path / "units"
+    units.mkdir()
+    monkeypatch.setattr(unitcheck, "UNIT_DIRS", (units,))
+    assert cli("add", "quick", "--every", "1h", "--kill-grace", "5s", "--", "true").code == 0
+    (units / "cronctl.service").write_text(cli("export", "--format", "systemd-service").out)
+    assert "TimeoutStopSec=27s" in (units / "cronctl.service").read_text()
+    fine = cli("doctor")
+    assert fine.code == 0 and "[ok] unit:" in fine.out
+    assert cli("add", "slow", "--every", "1h", "--kill-grace", "10m", "--", "true").code == 0
+    stale = cli("doctor")
+    assert stale.code == 1
+    assert "[action] unit:" in stale.out and "TimeoutStopSec=27s is below the 622s" in stale.out
+    assert "cronctl export --format systemd-service" in stale.out
+    other = units / "cronctl.service"  # a unit of another home is none of this home's business
+    other.write_text(other.read_text().replace(f"--home {home} ", "--home /elsewhere "))
+    assert "unit:" not in cli("doctor").out
+
+
+def test_the_container_runs_as_a_user_and_its_health_check_asks_livez() -> None:
+    dockerfile = (REPO / "docs" / "container" / "Dockerfile").read_text()
+    users = re.findall(r"^USER\s+(\S+)", dockerfile, re.M)
+    assert users and users[-1] not in ("root", "0")
+    health = re.search(r"^HEALTHCHECK (?:.*\\\n)*.*", dockerfile, re.M)
+    assert health and "/livez" in health.group() and "--stale" not in health.group()
+    entry = dockerfile.index("ENTRYPOINT")
+    assert dockerfile.rindex("USER") < entry

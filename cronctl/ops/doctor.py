@@ -44,7 +44,20 @@ def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
     findings.extend(_check_orphans(paths, store))
     findings.extend(_check_sizes(paths))
     findings.append(_check_disk(paths))
+    findings.extend(_check_unit(paths, store))
     return findings
+
+
+def _check_unit(paths: Paths, store: Store) -> list[Finding]:
+    """An installed unit of this home's loop whose TimeoutStopSec no longer covers the jobs."""
+    from cronctl.ops.unitcheck import unit_problem
+
+    try:
+        specs = [JobView.from_entry(entry).spec for entry in store.read()["jobs"].values()]
+    except Exception:  # noqa: BLE001 - a store that does not read is the store check's to report
+        return []
+    found = unit_problem(paths.home, specs)
+    return [] if found is None else [Finding("unit", *found)]
 
 
 def needs_action(findings: list[Finding]) -> bool:
