@@ -272,3 +272,26 @@ def test_the_container_runs_as_a_user_and_its_health_check_asks_livez() -> None:
     assert health and "/livez" in health.group() and "--stale" not in health.group()
     entry = dockerfile.index("ENTRYPOINT")
     assert dockerfile.rindex("USER") < entry
+
+
+def test_benchmarks_doc_is_a_reference_with_one_current_table_per_area() -> None:
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) < 250, "history belongs in bench/results/HISTORY.md"
+    assert (REPO / "bench" / "results" / "HISTORY.md").exists()
+    areas = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(areas) >= 6
+    for area in areas:
+        title = area.splitlines()[0]
+        if title == "Method":
+            continue
+        assert re.search(r"Run 20\d\d-\d\d-\d\d\s+at [0-9a-f]{7}", area), f"{title}: no date and commit"
+        assert re.search(r"`python bench/\w+\.py[^`]*`", area), f"{title}: no command that reproduces it"
+        header = next(line for line in area.splitlines() if line.startswith("| "))
+        assert "target" in header, f"{title}: no target column"
+        assert area.count("\n| ") >= 3, f"{title}: no table"
+    for history in ("second pass", "third pass", "before this change", "after two changes"):
+        assert history not in text.lower(), f"'{history}': passes are history (bench/results/HISTORY.md)"
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Benchmarks"):]
+    section = section[:section.index("\n## ", 5)]
+    assert "| figure | cronctl | peers, same run | target |" in section and "docs/benchmarks.md" in section
