@@ -284,7 +284,7 @@ def test_benchmarks_doc_is_a_reference_with_one_current_table_per_area() -> None
         title = area.splitlines()[0]
         if title == "Method":
             continue
-        assert re.search(r"[Rr]un 20\d\d-\d\d-\d\d\s+at [0-9a-f]{7}", area), f"{title}: no date and commit"
+        assert re.search(r"[Rr]un\s+20\d\d-\d\d-\d\d\s+at\s+[0-9a-f]{7}", area), f"{title}: no date and commit"
         assert re.search(r"`python bench/\w+\.py[^`]*`", area), f"{title}: no command that reproduces it"
         header = next(line for line in area.splitlines() if line.startswith("| "))
         assert "target" in header, f"{title}: no target column"
