@@ -137,8 +137,11 @@ def test_add_of_a_paused_job_says_it_will_not_fire(cli: Cli, clock: FakeClock) -
     assert (result.code, result.out) == (0, "added held: every 1h (UTC), paused (no fire until 'cronctl resume held')\n")
 
 
-def test_add_of_a_one_shot_in_the_past_warns_that_it_fires_at_once(cli: Cli, clock: FakeClock) -> None:
-    result = cli("add", "late", "--at", "2026-03-01T11:00:00+01:00", "--", "true")
+def test_add_of_a_one_shot_in_the_past_is_refused_unless_allow_past(cli: Cli, clock: FakeClock) -> None:
+    refused = cli("add", "late", "--at", "2026-03-01T11:00:00+01:00", "--", "true")
+    assert refused.code == 1 and refused.out == "" and "--allow-past" in refused.err
+    assert refused.err.startswith("cronctl: error: job 'late': --at: 2026-03-01T10:00:00.000+00:00 is in the past")
+    result = cli("add", "late", "--at", "2026-03-01T11:00:00+01:00", "--allow-past", "--", "true")
     assert result.code == 0
     assert result.out == ("added late: at 2026-03-01T10:00:00.000+00:00 (UTC), "
                           "next fire 2026-03-01T10:00:00+00:00 (2026-03-01T10:00:00Z)\n")
