@@ -312,6 +312,8 @@ def status_lines(data: dict[str, Any], only_stale: bool, term: Terminal | None =
     beat = f", heartbeat {age:.1f}s ago" if age is not None else ""
     pid = f" pid {loop['pid']}" if loop.get("pid") else ""
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
+    if data.get("loops") is not None:  # PostgreSQL: the headline is every loop's; the lines below, each one's
+        pid = beat = ""
     if not only_stale or data["loop_stale"]:
         parts.append(f"loop: {paint(loop['state'], term)}{pid}{beat}{standby} — {loop['reason']}")
         parts.extend(_cluster_lines(data.get("loops"), only_stale))
@@ -391,7 +393,7 @@ def history_table(records: list[dict[str, Any]]) -> None:
     if not records:
         say("no runs recorded yet")
         return
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in records:
         duration = f"{r['duration']:.2f}s" if r.get("duration") is not None else "-"
         reason = run_reason(r) or ""
@@ -400,7 +402,11 @@ def history_table(records: list[dict[str, Any]]) -> None:
         rows.append((r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
                      r.get("started_at") or "-", duration,
                      r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""), reason))
-    print_lines(columns(("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"), rows))
+    header: tuple[str, ...] = ("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON")
+    if any(r.get("host") for r in records):  # PostgreSQL: which host ran each run (SPEC §9)
+        header = (*header[:2], "HOST", *header[2:])
+        rows = [(*row[:2], str(r.get("host") or "-"), *row[2:]) for row, r in zip(rows, records, strict=True)]
+    print_lines(columns(header, rows))
 
 
 def run_reason(record: dict[str, Any]) -> str | None:
@@ -425,6 +431,8 @@ def loop_line(row: dict[str, Any]) -> str | None:
     text = short(row)
     if text is None:
         return None
+    if row.get("host") and event in _RUN_LINES:  # PostgreSQL: which host ran it
+        text += f" on {row['host']}"
     return f"{clock} {job:<16} {text}" if job else f"{clock} {text}"
 
 
@@ -447,6 +455,7 @@ def _skipped(row: dict[str, Any]) -> str | None:
     return f"not run   slot {slot}: the job changed before it began ({row.get('why')})"
 
 
+_RUN_LINES = ("run.started", "run.finished", "run.spawn_failed", "claim.reclaimed")
 _LOOP_LINES: dict[str, Any] = {
     "run.started": lambda r: (f"started   run {r.get('run_id')} (slot {str(r.get('slot', ''))[11:23]}, "
                               f"pid {r.get('pid')})"),

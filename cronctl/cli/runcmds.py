@@ -35,6 +35,10 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
     ctx = open_context()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)
+        # PostgreSQL: the lease store writes run.finished and its kin in its own transactions
+        store_rows = getattr(ctx.leases, "listeners", None)
+        if isinstance(store_rows, list):
+            store_rows.append(_echo_decision)
     return run_loop(ctx, options)
 
 
