@@ -74,6 +74,14 @@ def test_the_demo_shows_what_the_readme_shows(tmp_path: Path) -> None:
     readme_last = first_transcript()[-1]
     assert lines[-1].startswith(readme_last), out
     assert "cancelled_before_slot" not in out and "run(s)" not in out, out
+    # The README says what the time in a run id is: the claim, at or before the start.
+    for clock, claimed in re.findall(r"^(\d\d:\d\d:\d\d) \S+\s+started\s+run \d{8}T(\d{6})-", out, re.M):
+        assert claimed <= clock.replace(":", "") or clock < "00:01", (claimed, clock)
+
+
+def test_the_readme_says_what_the_time_in_a_run_id_is() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "The time in a run id is when the loop *claimed* the run" in readme
 
 
 def test_ctrl_c_says_once_what_it_did_and_no_skip_lines() -> None:
