@@ -296,10 +296,11 @@ def audit_rows(rows: list[dict[str, Any]]) -> None:
         say(" ".join(str(p) for p in parts) + (f" {detail}" if detail else ""))
 
 
-def status_view(data: dict[str, Any], only_stale: bool) -> None:
+def status_view(data: dict[str, Any], only_stale: bool, now: datetime | None = None) -> None:
     from cronctl.cli.termview import Terminal, colour_wanted
 
-    print_lines(status_lines(data, only_stale, Terminal(width=output_width(), colour=colour_wanted())))
+    term = Terminal(width=output_width(), colour=colour_wanted(), now=now or datetime.now(timezone.utc))
+    print_lines(status_lines(data, only_stale, term))
 
 
 def status_lines(data: dict[str, Any], only_stale: bool, term: Terminal | None = None) -> list[str]:

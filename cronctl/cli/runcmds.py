@@ -69,7 +69,7 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
     if json_out:
         render.print_json(data)
     else:
-        render.status_view(data, stale)
+        render.status_view(data, stale, ctx.clock.now())
     return 3 if stale and report.stale else None
 
 
