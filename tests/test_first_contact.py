@@ -295,3 +295,21 @@ def test_benchmarks_doc_is_a_reference_with_one_current_table_per_area() -> None
     section = readme[readme.index("## Benchmarks"):]
     section = section[:section.index("\n## ", 5)]
     assert "| figure | cronctl | peers, same run | target |" in section and "docs/benchmarks.md" in section
+
+
+@pytest.mark.slow
+def test_run_f_refuses_a_new_past_at_and_says_how_to_fire_it(home: Path, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text('jobs:\n  - name: old\n    at: "2020-01-01T00:00:00Z"\n    command: "true"\n')
+    env = subprocess_env(home)
+    refused = subprocess.run([*cronctl_bin(), "run", "-f", str(jobs), "--once"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"{jobs}:3: job 'old': field 'at'" in refused.stderr
+    assert f"cronctl apply -f {jobs} --allow-past" in refused.stderr
+    applied = subprocess.run([*cronctl_bin(), "apply", "-f", str(jobs), "--allow-past"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert applied.returncode == 0, applied.stderr
+    again = subprocess.run([*cronctl_bin(), "run", "-f", str(jobs), "--once"], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0, again.stderr  # stored: it keeps its catch-up, and fires now

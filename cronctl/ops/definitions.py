@@ -77,11 +77,12 @@ def add_job(ctx: Context, spec: JobSpec, allow_past: bool = False) -> JobView:
 SCHEDULE_KEYS = ("cron", "every", "at")
 
 
-def refuse_past_at(specs: list[JobSpec], now: datetime, where: Callable[[str], str]) -> None:
+def refuse_past_at(specs: list[JobSpec], now: datetime, where: Callable[[str], str],
+                   how: str = "pass --allow-past to fire it now") -> None:
     """A one-shot `at` already past would fire the moment a loop sees it: refused (exit 1,
     nothing changed) unless the caller was given --allow-past."""
     problems = [f"{where(spec.name)}: {to_iso(spec.at)} is in the past: a running loop would fire it at once; "
-                "give a future instant, or pass --allow-past to fire it now"
+                f"give a future instant, or {how}"
                 for spec in specs if spec.at is not None and spec.at < now]
     if problems:
         raise ConfigError(problems)
@@ -254,8 +255,10 @@ def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = Fal
         chain_rules.check_apply(doc, source, loaded.specs, plan.prune, force)
         if not allow_past:  # a new one-shot, or one whose `at` changed; one already stored keeps its catch-up
             fresh = {*plan.create, *(name for name, fields in plan.update.items() if "at" in fields)}
+            how = (f"to fire it now, apply it once with 'cronctl apply -f {source} --allow-past'" if watched
+                   else "pass --allow-past to fire it now")
             refuse_past_at([spec for spec in loaded.specs if spec.name in fresh], now,
-                           lambda job: f"{source}:{loaded.at_lines.get(job, 0)}: job '{job}': field 'at'")
+                           lambda job: f"{source}:{loaded.at_lines.get(job, 0)}: job '{job}': field 'at'", how)
         done = frozenset(name for name, entry in doc["jobs"].items() if (entry.get("state") or {}).get("completed"))
         plan.warnings = loaded.warnings(now, done)
         if dry_run:
