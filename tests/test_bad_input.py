@@ -251,7 +251,8 @@ def test_generated_job_files_never_crash_validate_or_apply(workspace: Workspace,
         # Only a clash with another file's job can fail a file that validates.
         assert checked.code != 0 or "already defined by" in applied.err, applied.err
         return
-    assert checked.code == 0, checked.err
+    # validate knows no store: it refuses every past `at`; apply only one new to the store
+    assert checked.code == 0 or "is in the past" in checked.err, checked.err
     after = workspace.store_bytes()
     jobs = json.loads(after)["jobs"]
     assert {"hand", "held", "other"} <= set(jobs)  # never pruned: not from this file
@@ -348,7 +349,8 @@ def check_cli_example(workspace: Workspace, args: list[str]) -> Any:
     assert listed.code == 0, listed.err
     assert workspace.run("list").code == 0
     assert workspace.run("next").code == 0
-    if "--json" in args and "--help" not in args and "-h" not in args:
+    options = args[:args.index("--")] if "--" in args else args  # after `--` it is the job's command
+    if "--json" in options and "--help" not in options and "-h" not in options:
         json.loads(result.out)
     return result
 

@@ -6,6 +6,8 @@ Schedules are checked against croniter reading the original line on its own
 
 from __future__ import annotations
 
+import re
+
 import json
 import subprocess
 from datetime import datetime, timezone
@@ -104,14 +106,16 @@ def test_debian_crontab_becomes_four_run_parts_jobs_with_its_path() -> None:
 
 
 def test_names_come_from_the_program_the_line_runs() -> None:
-    names = {name: [job.entry["name"].rsplit("-", 1)[0] for job in imported(name, True).jobs]
-             for name in SYSTEM_SAMPLES}
-    assert names["cron.d-e2scrub_all"] == ["e2scrub-all-cron", "e2scrub-all"]
-    assert names["cron.d-php"] == ["sessionclean"]
-    assert names["cron.d-sysstat"] == ["debian-sa1", "debian-sa1"]
-    assert names["cron.d-anacron"] == ["invoke-rc-d"]
-    assert names["cron.d-certbot"] == ["certbot"]
-    assert names["cron.d-mdadm"] == ["checkarray"]
+    # program, then the schedule in words where it has some (issue 26: no hash)
+    names = {name: [job.entry["name"] for job in imported(name, True).jobs] for name in SYSTEM_SAMPLES}
+    assert names["debian-etc-crontab"] == ["run-parts-hourly-17", "run-parts-daily-0625", "run-parts-sun-0647",
+                                           "run-parts-monthly-1-0652"]
+    assert names["cron.d-e2scrub_all"] == ["e2scrub-all-cron-sun-0330", "e2scrub-all-daily-0310"]
+    assert names["cron.d-php"] == ["sessionclean-09.39_x_x_x_x"]
+    assert names["cron.d-sysstat"] == ["debian-sa1-5-55by10_x_x_x_x", "debian-sa1-daily-2359"]
+    assert names["cron.d-anacron"] == ["invoke-rc-d-30_7-23_x_x_x"]
+    assert names["cron.d-certbot"] == ["certbot-0_every12_x_x_x"]
+    assert names["cron.d-mdadm"] == ["checkarray-sun-0057"]
 
 
 def test_mdadm_escaped_percent_reaches_the_shell_as_a_plain_percent() -> None:
@@ -196,7 +200,10 @@ def test_names_are_stable_unique_and_prefixed() -> None:
     assert len(set(names)) == len(names)
     assert all(name.startswith("alice-") for name in names)
     by_line = {job.line: job.entry["name"] for job in first.jobs}
-    assert by_line[36] != by_line[9] and by_line[37] == by_line[36] + "-2"
+    assert by_line[36] != by_line[9]
+    assert by_line[9] == "alice-poll-feeds-every-15m" and by_line[22] == "alice-standup-reminder-weekdays-0900"
+    # the same program on the same schedule: told apart by a digest of the command (stable)
+    assert by_line[36] == "alice-poll-feeds-daily-0600" and re.fullmatch(by_line[36] + "-[0-9a-f]{4}", by_line[37])
 
 
 def test_a_name_does_not_change_when_other_lines_move() -> None:

@@ -50,15 +50,23 @@ def test_a_past_at_is_a_warning_naming_file_line_job_and_instant(tmp_path: Path)
     assert loaded.warnings(datetime(2026, 1, 1, tzinfo=timezone.utc)) == []
 
 
-def test_validate_and_apply_still_accept_a_past_at_and_warn_on_stderr(cli: Any, tmp_path: Path) -> None:
+def test_validate_and_apply_refuse_a_new_past_at_unless_allow_past(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text(PAST_AND_FUTURE)
+    for command in ("validate", "apply"):  # issue 26: a past `at` fires at once: refused, naming file and line
+        refused = cli(command, "-f", str(path))
+        assert refused.code == 1 and refused.out == ""
+        assert refused.err.startswith(f"cronctl: error: {path}:6: job 'migrate': field 'at': ") and \
+            "--allow-past" in refused.err
+    assert cli("list", "--json").json()["jobs"] == []
     warning = f"cronctl: warning: {path}:6: job 'migrate': field 'at': "
     for command in ("validate", "apply"):
-        result = cli(command, "-f", str(path))
+        result = cli(command, "-f", str(path), "--allow-past")
         assert result.code == 0
         assert warning in result.err and "is in the past" in result.err
         assert "warning" not in result.out
+    # stored already: applying the same file again needs no flag (its one-shot keeps its catch-up)
+    assert cli("apply", "-f", str(path)).code == 0
     assert "warning" not in cli("apply", "-f", str(path), "--json").out  # --json keys stay as they were
 
 

@@ -65,8 +65,39 @@ def test_starting_empty_on_purpose_is_moving_the_backup_away(cli: Any, home: Pat
     _add_two_jobs(cli)
     (home / "jobs.json").unlink()
     (home / "jobs.json.bak").rename(home / "old-jobs.json.bak")
+    # The audit log still shows jobs were defined (issue 26): refused as with a backup.
+    refused = cli("list")
+    assert refused.code == 1 and "audit log" in refused.err and "move audit.jsonl and runs/ away" in refused.err
+    (home / "audit.jsonl").rename(home / "old-audit.jsonl")
     assert cli("list").code == 0
     assert cli("add", "fresh", "--every", "1h", "--", "true").code == 0
+
+
+def test_a_missing_store_with_no_backup_but_run_histories_is_refused(cli: Any, home: Path) -> None:
+    _add_two_jobs(cli)
+    history = home / "runs" / "a" / "history.jsonl"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_text("{}\n")
+    for name in ("jobs.json", "jobs.json.bak", "audit.jsonl"):
+        (home / name).unlink()
+    refused = cli("add", "fresh", "--every", "1h", "--", "true")
+    assert refused.code == 1 and "run histories" in refused.err and not (home / "jobs.json").exists()
+
+
+def test_paused_yes_in_a_hand_edited_store_is_refused(cli: Any, home: Path) -> None:
+    import json
+
+    _add_two_jobs(cli)
+    for place in ("job", "state"):
+        doc = json.loads((home / "jobs.json").read_text())
+        name = sorted(doc["jobs"])[0]
+        (doc["jobs"][name] if place == "job" else doc["jobs"][name]["state"])["paused"] = "yes"
+        (home / "jobs.json").write_text(json.dumps(doc))
+        result = cli("list")
+        assert result.code == 1 and "'yes', not true or false" in result.err and f"job '{name}'" in result.err
+        doc["jobs"][name]["paused"] = False
+        doc["jobs"][name]["state"]["paused"] = False
+        (home / "jobs.json").write_text(json.dumps(doc))
 
 
 # --- item 10: hand-edited stores ------------------------------------------------------------

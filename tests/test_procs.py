@@ -45,6 +45,27 @@ def start(args: list[str], run_id: str | None = None, **kwargs: object) -> subpr
     return proc
 
 
+# How long a test waits for the state it means (a fork has exec'd, a process has left its
+# session): generous, for a busy machine; the waits end as soon as the state holds.
+SETTLE = 30.0
+
+
+def execd(processes: list[psutil.Process], root_pid: int, name: str = "sleep") -> bool:
+    """Every process but the root has exec'd `name`: a fork still running the shell carries
+    the run's variable (and the shell's traps) until it execs, so a count of processes alone
+    is not the state a test means."""
+    try:
+        return all(p.pid == root_pid or p.name() == name for p in processes)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def settled(run_id: str, root: ProcIdentity | None, count: int) -> bool:
+    assert root is not None
+    found = find_run_processes(run_id, root)
+    return len(found) == count and execd(found, root.pid)
+
+
 def wait_until(predicate: object, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -107,7 +128,7 @@ def test_a_zombie_and_a_reaped_process_are_not_alive() -> None:
     child = start(["true"])
     ident = procs.identify(child.pid)
     assert ident is not None
-    assert wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 5)
+    assert wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, SETTLE)
     assert not procs.is_alive(ident)
     child.wait()
     assert not procs.is_alive(ident)
@@ -128,7 +149,7 @@ def test_a_setsid_escapee_is_found_by_its_environment(run_id: str) -> None:
     escapee = int(shell.stdout.readline())
     shell.wait()
     # It left the run's session (setsid(1) may take a moment to get there).
-    assert wait_until(lambda: os.getsid(escapee) == escapee, 5)
+    assert wait_until(lambda: os.getsid(escapee) == escapee, SETTLE)
     assert escapee in pids(find_run_processes(run_id))
     assert escapee in pids(find_run_processes(run_id, root))
 
@@ -137,7 +158,10 @@ def test_the_root_and_its_descendants_are_found_even_without_the_variable(run_id
     shell = start(["sh", "-c", "env -u CRONCTL_RUN_ID sleep 30 & wait"], run_id)
     try:
         root = procs.identify(shell.pid)
-        assert wait_until(lambda: len(psutil.Process(shell.pid).children()) == 1, 5)
+        # The state meant: the forked shell has run `env`, which has exec'd sleep without the
+        # variable (until then the fork still carries it, and is found by it).
+        assert wait_until(lambda: execd(psutil.Process(shell.pid).children(), shell.pid)
+                          and len(psutil.Process(shell.pid).children()) == 1, SETTLE)
         child = psutil.Process(shell.pid).children()[0].pid
         assert find_run_processes(run_id) == [psutil.Process(shell.pid)]
         assert pids(find_run_processes(run_id, root)) == {shell.pid, child}
@@ -153,7 +177,7 @@ def test_session_members_are_found_after_the_root_died(run_id: str) -> None:
     orphan = int(shell.stdout.readline())
     shell.wait()
     # Until `env` has exec'd sleep, the forked shell still carries the variable.
-    assert wait_until(lambda: psutil.Process(orphan).name() == "sleep", 5)
+    assert wait_until(lambda: psutil.Process(orphan).name() == "sleep", SETTLE)
     try:
         # Reparented, no variable: only its session ties it to the run.
         assert find_run_processes(run_id) == []
@@ -167,7 +191,7 @@ def test_processes_of_another_run_are_not_found(run_id: str) -> None:
     other = uuid.uuid4().hex
     sleeper = start(["sleep", "30"], other)
     try:
-        assert wait_until(lambda: find_run_processes(other) != [], 5)
+        assert wait_until(lambda: find_run_processes(other) != [], SETTLE)
         assert find_run_processes(run_id) == []
         assert find_run_processes(run_id[:-1]) == []  # no prefix matches
     finally:
@@ -199,7 +223,7 @@ def test_terminate_run_never_signals_a_process_that_reuses_the_root_pid(run_id: 
 def test_terminate_run_ends_a_polite_run_with_sigterm_alone(run_id: str) -> None:
     shell = start(["sh", "-c", "setsid sleep 300 & sleep 300 & wait"], run_id)
     root = procs.identify(shell.pid)
-    assert wait_until(lambda: len(find_run_processes(run_id, root)) == 3, 5)
+    assert wait_until(lambda: settled(run_id, root, 3), SETTLE)
     report = terminate_run(run_id, root, 5.0)
     assert (report.terminated, report.killed) == (3, 0)
     assert report.elapsed < 2.0
@@ -210,7 +234,7 @@ def test_terminate_run_ends_a_polite_run_with_sigterm_alone(run_id: str) -> None
 def test_terminate_run_sigkills_a_group_and_escapee_that_ignore_sigterm(run_id: str) -> None:
     shell = start(["sh", "-c", "trap '' TERM; setsid sleep 300 & sleep 300 & wait"], run_id)
     root = procs.identify(shell.pid)
-    assert wait_until(lambda: len(find_run_processes(run_id, root)) == 3, 5)
+    assert wait_until(lambda: settled(run_id, root, 3), SETTLE)
     report = terminate_run(run_id, root, 0.5)
     assert (report.terminated, report.killed) == (0, 3)
     # Observed: about 0.55 s for a 0.5 s grace.
@@ -223,7 +247,7 @@ def test_terminate_run_sigkills_a_group_and_escapee_that_ignore_sigterm(run_id: 
 def test_terminate_run_with_an_injected_sleep_still_ends(run_id: str) -> None:
     shell = start(["sh", "-c", "trap '' TERM; sleep 300"], run_id)
     root = procs.identify(shell.pid)
-    assert wait_until(lambda: len(find_run_processes(run_id, root)) == 2, 5)
+    assert wait_until(lambda: settled(run_id, root, 2), SETTLE)
     slept: list[float] = []
     report = terminate_run(run_id, root, 30.0, sleep=slept.append)
     assert report.killed == 2 and sum(slept) >= 30.0

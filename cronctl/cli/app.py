@@ -65,6 +65,8 @@ def finish(code: int | None) -> None:
 CronOpt = Annotated[Optional[str], typer.Option("--cron", help="5-field cron expression or @daily etc.")]
 EveryOpt = Annotated[Optional[str], typer.Option("--every", help="Interval, e.g. 30s, 5m.")]
 AtOpt = Annotated[Optional[str], typer.Option("--at", help="One-shot ISO 8601 instant.")]
+AllowPastOpt = Annotated[bool, typer.Option("--allow-past", help="Accept an 'at' already past (a loop fires it "
+                                            "at once); refused without it.")]
 TzOpt = Annotated[Optional[str], typer.Option("--timezone", "--tz", help="IANA zone (default UTC).")]
 CwdOpt = Annotated[Optional[str], typer.Option("--cwd", help="Working directory.")]
 EnvOpt = Annotated[Optional[List[str]], typer.Option("--env", "-e", help="NAME=VALUE, repeatable.")]

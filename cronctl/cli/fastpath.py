@@ -66,6 +66,8 @@ _JOB_OPTIONS = {
     **_JSON,
 }
 
+_ALLOW_PAST = {"--allow-past": Opt("allow_past", FLAG)}
+
 COMMANDS: dict[str, Command] = {
     "list": Command("jobcmds.list_jobs", _JSON, reads_only=True),
     "show": Command("jobcmds.show", _JSON, ("name",), required=1, reads_only=True),
@@ -75,15 +77,16 @@ COMMANDS: dict[str, Command] = {
     "history": Command("runcmds.history", {"-n": Opt("count", INT, 0), "--chain": Opt("chain", TEXT),
                                            "--since": Opt("since", TEXT), "--status": Opt("status", TEXT), **_JSON},
                        ("name",), reads_only=True),
-    "add": Command("jobcmds.add", _JOB_OPTIONS, ("name",), rest="command", required=1),
-    "edit": Command("jobcmds.edit", {**_JOB_OPTIONS, "--unset": Opt("unset", TEXTS)}, ("name",), rest="command",
-                    required=1),
+    "add": Command("jobcmds.add", {**_JOB_OPTIONS, **_ALLOW_PAST}, ("name",), rest="command", required=1),
+    "edit": Command("jobcmds.edit", {**_JOB_OPTIONS, **_ALLOW_PAST, "--unset": Opt("unset", TEXTS)}, ("name",),
+                    rest="command", required=1),
     "remove": Command("jobcmds.remove", {"--force": Opt("force", FLAG)}, ("name",), required=1),
     "pause": Command("jobcmds.pause", {}, ("name",), required=1),
     "resume": Command("jobcmds.resume", {"--all": Opt("all_jobs", FLAG), **_JSON}, ("name",)),
     "apply": Command("jobcmds.apply", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT),
                                        "--prune": Opt("prune", FLAG), "--dry-run": Opt("dry_run", FLAG),
-                                       "--force": Opt("force", FLAG), **_JSON}, required_options=("file",)),
+                                       "--force": Opt("force", FLAG), **_ALLOW_PAST, **_JSON},
+                     required_options=("file",)),
     "run": Command("runcmds.run", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT), "--once": Opt("once", FLAG),
                                    "--standby": Opt("standby", FLAG), "--max-parallel": Opt("max_parallel", INT, 1),
                                    "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),

@@ -19,26 +19,27 @@ from cronctl.cli.session import open_context
 from cronctl.errors import UsageError
 
 
-def add(name: str, command: list[str] | None = None, json_out: bool = False, **options: Any) -> None:
+def add(name: str, command: list[str] | None = None, json_out: bool = False, allow_past: bool = False,
+        **options: Any) -> None:
     """`cronctl add`: options are the job options of cli/app.py by parameter name."""
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
     fields = collect_options({**options, "command": command_from_args(command)})
     ctx = open_context()
-    view = ops.add_job(ctx, ops.spec_from_options(name, fields))
+    view = ops.add_job(ctx, ops.spec_from_options(name, fields), allow_past)
     views.added(view, ctx, json_out)
     _warn_unknown_user(name, view.spec.user)
 
 
 def edit(name: str, command: list[str] | None = None, unset: list[str] | None = None, json_out: bool = False,
-         **options: Any) -> None:
+         allow_past: bool = False, **options: Any) -> None:
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
     changes = collect_options({**options, "command": command_from_args(command)})
     ctx = open_context()
-    view, changed = ops.edit_job(ctx, name, changes, unset or [])
+    view, changed = ops.edit_job(ctx, name, changes, unset or [], allow_past)
     views.edited(view, changed, ctx, json_out)
     if "user" in changed:
         _warn_unknown_user(name, view.spec.user)
@@ -110,8 +111,12 @@ def command_from_args(args: list[str] | None) -> str | list[str] | None:
 def remove(name: str, force: bool = False) -> None:
     from cronctl.ops import definitions as ops
 
-    killed = ops.remove_job(open_context(), name, force)
+    removed = ops.remove_job(open_context(), name, force)
+    killed = removed.killed
     render.say(f"removed {name}" + (f" (killed {killed} running run(s))" if killed else ""))
+    if removed.source:
+        render.warn(f"job '{name}' came from {removed.source}: the next 'cronctl apply -f' or 'cronctl run -f' "
+                    "of that file creates it again; remove it from the file to keep it gone")
 
 
 def list_jobs(json_out: bool = False) -> None:
@@ -163,11 +168,12 @@ def resume(name: str | None = None, all_jobs: bool = False, json_out: bool = Fal
 
 
 def apply(file: str | Path, prune: bool = False, dry_run: bool = False, force: bool = False,
-          json_out: bool = False) -> None:
+          json_out: bool = False, allow_past: bool = False) -> None:
     from cronctl.ops import definitions as ops
 
     # str(Path(...)): the file as typer hands it over ("./jobs.yaml" is "jobs.yaml"), either way in.
-    plan = ops.apply_file(open_context(), str(Path(file)), prune=prune, dry_run=dry_run, force=force)
+    plan = ops.apply_file(open_context(), str(Path(file)), prune=prune, dry_run=dry_run, force=force,
+                          allow_past=allow_past)
     for warning in plan.warnings:
         render.warn(warning)
     if json_out:

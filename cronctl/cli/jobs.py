@@ -17,6 +17,7 @@ import typer
 
 from cronctl.cli import jobcmds, render
 from cronctl.cli.app import (
+    AllowPastOpt,
     AtOpt,
     CatchupOpt,
     CommandArg,
@@ -63,13 +64,14 @@ def add(
     after: AfterOpt = None, requires: RequiresOpt = None,
     user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
     keep_log: KeepLogOpt = None,
+    allow_past: AllowPastOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
 
     Example: cronctl add backup --cron "0 3 * * *" --tz Europe/Berlin -- "pg_dump db | gzip > /tmp/db.gz"
     """
-    jobcmds.add(name, command, json_out,
+    jobcmds.add(name, command, json_out, allow_past,
                 cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
                 kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                 retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
@@ -91,13 +93,14 @@ def edit(
     keep_log: KeepLogOpt = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
+    allow_past: AllowPastOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Change fields of a job; a schedule change counts from now.
 
     Example: cronctl edit backup --cron "30 3 * * *" --timeout 2h
     """
-    jobcmds.edit(name, command, unset, json_out,
+    jobcmds.edit(name, command, unset, json_out, allow_past,
                  cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
                  kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                  retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
@@ -157,18 +160,20 @@ def apply(
                                         "and no longer does.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, change nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Prune even jobs that others run after.")] = False,
+    allow_past: AllowPastOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Create and update the jobs of a file (declarative, idempotent).
 
     Example: cronctl apply -f jobs.yaml --prune --dry-run
     """
-    jobcmds.apply(file, prune, dry_run, force, json_out)
+    jobcmds.apply(file, prune, dry_run, force, json_out, allow_past)
 
 
 @app.command()
 def validate(
     file: Annotated[Path, typer.Option("-f", "--file", help="YAML jobs file.")],
+    allow_past: AllowPastOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a jobs file without touching the store.
@@ -178,7 +183,7 @@ def validate(
     # Imported here: only this command needs it (start-up time).
     from cronctl.ops import definitions as ops
 
-    specs, warnings = ops.validate_file(str(file), cli_clock().now())
+    specs, warnings = ops.validate_file(str(file), cli_clock().now(), allow_past)
     for warning in warnings:
         render.warn(warning)
     if json_out:

@@ -62,7 +62,19 @@ def _run_click(args: list[str]) -> int | None:
         # Usage errors of the (possibly vendored) click layer: they know how to show themselves.
         if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
             raise
-        exc.show()
         exit_code: int = exc.exit_code
+        if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
+            exc.show()  # `cronctl` alone: the help is the answer
+        else:
+            print(usage_line(exc), file=sys.stderr)
         return exit_code
     return code if isinstance(code, int) else 0
+
+
+def usage_line(exc: Any) -> str:
+    """A command line that does not parse, as every other error reads: one
+    `cronctl: error: ...` line naming the option, then where the help is."""
+    message = str(exc.format_message()).strip()
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "cronctl"
+    return f"cronctl: error: {message} (see '{path} --help')"

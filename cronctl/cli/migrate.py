@@ -117,7 +117,7 @@ def export_cmd(
         render.print_json(result.to_dict())
     else:
         _write_or_print(result, fmt, output)
-        _warn_untranslated(result, count)
+        _warn_untranslated(result, count, fmt)
     if result.omitted and not allow_partial:
         raise CronctlError(f"{len(result.omitted)} of {count} job(s) not exported: {', '.join(result.omitted)}; "
                            "the others were; --allow-partial accepts a partial export")
@@ -147,12 +147,12 @@ def _loop_setup(file: Path | None) -> Any:
     return LoopSetup(command, ctx.paths.home, file.absolute() if file else None, store)
 
 
-def _warn_untranslated(result: ExportResult, count: int) -> None:
+def _warn_untranslated(result: ExportResult, count: int, fmt: str = "") -> None:
     """What the other engine will not do as cronctl does, per job."""
     for job, notes in result.notes.items():
         for note in notes:
             render.warn(f"{job}: not translated: {note}")
     for job in result.omitted:
         render.warn(f"{job}: not exported (see above)")
-    if not count:
+    if not count and fmt != "systemd-service":  # that one exports the loop's unit, jobs or none
         render.warn("no jobs to export")

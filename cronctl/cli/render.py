@@ -6,9 +6,12 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from cronctl.models import command_text
+
+if TYPE_CHECKING:
+    from cronctl.cli.termview import Terminal
 
 
 def _console(stderr: bool = False):  # type: ignore[no-untyped-def]
@@ -50,11 +53,17 @@ def say(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    print(_printable(f"cronctl: warning: {message}"), file=sys.stderr)
+    print(_one_line(f"cronctl: warning: {message}"), file=sys.stderr)
 
 
 def error(message: str) -> None:
-    print(_printable(f"cronctl: error: {message}"), file=sys.stderr)
+    print(_one_line(f"cronctl: error: {message}"), file=sys.stderr)
+
+
+def _one_line(text: str) -> str:
+    """A message is one line whatever it quotes: a name or value with a newline or an
+    escape sequence in it is shown escaped (\n, \x1b), never obeyed by the terminal."""
+    return _printable(text).translate(_ESCAPED)
 
 
 def _printable(text: str) -> str:
@@ -214,7 +223,7 @@ def _cut(text: str, cells: int) -> str:
 def job_detail(fields: list[tuple[str, str]]) -> None:
     width = max((len(k) for k, _ in fields), default=0)
     for key, value in fields:
-        say(f"{key.ljust(width)}  {value}")
+        say(f"{key.ljust(width)}  {_shown(value)}")  # a command's escape sequences shown, not obeyed
 
 
 def local_iso(when: datetime) -> str:
@@ -287,11 +296,17 @@ def audit_rows(rows: list[dict[str, Any]]) -> None:
         say(" ".join(str(p) for p in parts) + (f" {detail}" if detail else ""))
 
 
-def status_view(data: dict[str, Any], only_stale: bool) -> None:
-    print_lines(status_lines(data, only_stale))
+def status_view(data: dict[str, Any], only_stale: bool, now: datetime | None = None) -> None:
+    from cronctl.cli.termview import Terminal, colour_wanted
+
+    term = Terminal(width=output_width(), colour=colour_wanted(), now=now or datetime.now(timezone.utc))
+    print_lines(status_lines(data, only_stale, term))
 
 
-def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
+def status_lines(data: dict[str, Any], only_stale: bool, term: Terminal | None = None) -> list[str]:
+    from cronctl.cli.termview import Terminal, paint
+
+    term = term or Terminal()
     parts: list[str] = []
     loop = data["loop"]
     age = loop.get("heartbeat_age")
@@ -300,16 +315,44 @@ def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
     standby = f", standby pid {loop['standby_pid']}" if loop.get("standby_pid") else ""
     jump = loop.get("clock_jump")
     stepped = f"; the wall clock stepped {jump['step_s']:+.1f}s at {jump['at']}" if jump else ""
+    if data.get("loops") is not None:  # PostgreSQL: the headline is every loop's; the lines below, each one's
+        pid = beat = ""
     if not only_stale or data["loop_stale"]:
-        parts.append(f"loop: {loop['state']}{pid}{beat}{standby} — {loop['reason']}{stepped}")
+        parts.append(f"loop: {paint(loop['state'], term)}{pid}{beat}{standby} — {loop['reason']}{stepped}")
         parts.extend(_cluster_lines(data.get("loops"), only_stale))
     if not data["jobs"]:
         if only_stale and not data["stale"]:
             parts.append("nothing is stale")
         return parts
-    rows = [(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
-             job["reason"]) for job in data["jobs"]]
-    return parts + columns(("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"), rows)
+    rows: list[tuple[str, ...]] = [
+        (job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
+         job["reason"]) for job in data["jobs"]]
+    return parts + status_table(STATUS_HEADER, rows, term)
+
+
+# On a narrow terminal these go first, in this order; REASON (the last column) is then cut.
+STATUS_HEADER = ("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON")
+STATUS_DROP_ORDER = ("FAULT", "LAST")
+MIN_REASON = 16
+
+
+def status_table(header: tuple[str, ...], rows: list[tuple[str, ...]], term: Terminal) -> list[str]:
+    """The job table of `status`: whole rows with ISO instants on a pipe; on a terminal
+    (or with COLUMNS) fitted to the width as `list` is, NEXT relative, STATE in colour."""
+    from cronctl.cli.termview import paint_states
+    from cronctl.timefmt import from_iso
+
+    if term.width is None:
+        return columns(header, rows)
+    at = header.index("NEXT")
+
+    def when(cell: str) -> str:
+        instant = from_iso(cell) if cell != "-" else None
+        return relative(instant, term.now) if instant is not None else cell
+
+    rows = [(*row[:at], when(row[at]), *row[at + 1:]) for row in rows]
+    lines = fitted_columns(header, rows, term.width, STATUS_DROP_ORDER, MIN_REASON)
+    return paint_states(lines, [row[1] for row in rows], term)
 
 
 def _cluster_lines(loops: list[dict[str, Any]] | None, only_stale: bool) -> list[str]:
@@ -353,7 +396,7 @@ def history_table(records: list[dict[str, Any]]) -> None:
     if not records:
         say("no runs recorded yet")
         return
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in records:
         duration = f"{r['duration']:.2f}s" if r.get("duration") is not None else "-"
         reason = run_reason(r) or ""
@@ -362,7 +405,11 @@ def history_table(records: list[dict[str, Any]]) -> None:
         rows.append((r["job"], r["run_id"], r.get("slot") or "-", r.get("trigger") or "-",
                      r.get("started_at") or "-", duration,
                      r["status"] + (f" {r['exit_code']}" if r.get("exit_code") else ""), reason))
-    print_lines(columns(("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON"), rows))
+    header: tuple[str, ...] = ("JOB", "RUN", "SLOT", "TRIGGER", "STARTED", "DURATION", "STATUS", "REASON")
+    if any(r.get("host") for r in records):  # PostgreSQL: which host ran each run (SPEC §9)
+        header = (*header[:2], "HOST", *header[2:])
+        rows = [(*row[:2], str(r.get("host") or "-"), *row[2:]) for row, r in zip(rows, records, strict=True)]
+    print_lines(columns(header, rows))
 
 
 def run_reason(record: dict[str, Any]) -> str | None:
@@ -390,6 +437,10 @@ def loop_line(row: dict[str, Any]) -> str | None:
     if short is None:
         return None
     text = short(row)
+    if text is None:
+        return None
+    if row.get("host") and event in _RUN_LINES:  # PostgreSQL: which host ran it
+        text += f" on {row['host']}"
     return f"{clock} {job:<16} {text}" if job else f"{clock} {text}"
 
 
@@ -403,11 +454,21 @@ def _finished(row: dict[str, Any]) -> str:
     return f"{status}{code}{took}{reason}"
 
 
+def _skipped(row: dict[str, Any]) -> str | None:
+    slot = str(row.get("slot", ""))[11:23]
+    if row.get("reason") != "cancelled_before_slot":
+        return f"skipped   slot {slot} ({row.get('reason')})"
+    if row.get("why") == "shutdown":
+        return None  # the loop's last line counts these once
+    return f"not run   slot {slot}: the job changed before it began ({row.get('why')})"
+
+
+_RUN_LINES = ("run.started", "run.finished", "run.spawn_failed", "claim.reclaimed")
 _LOOP_LINES: dict[str, Any] = {
     "run.started": lambda r: (f"started   run {r.get('run_id')} (slot {str(r.get('slot', ''))[11:23]}, "
                               f"pid {r.get('pid')})"),
     "run.finished": lambda r: f"finished  {_finished(r)}",
-    "run.skipped": lambda r: f"skipped   slot {str(r.get('slot', ''))[11:23]} ({r.get('reason')})",
+    "run.skipped": lambda r: _skipped(r),
     "run.missed": lambda r: f"missed    {r.get('count')} slot(s) ({r.get('reason')}, catchup {r.get('catchup')})",
     "run.retry_scheduled": lambda r: f"retry     attempt {r.get('attempt')} at {str(r.get('due_at', ''))[11:19]}",
     "run.spawn_failed": lambda r: f"NOT STARTED: could not spawn ({r.get('error')}); next slot fires normally",

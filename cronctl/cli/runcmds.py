@@ -37,6 +37,10 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
     ctx = open_context()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)
+        # PostgreSQL: the lease store writes run.finished and its kin in its own transactions
+        store_rows = getattr(ctx.leases, "listeners", None)
+        if isinstance(store_rows, list):
+            store_rows.append(_echo_decision)
     if not echo_output:
         return run_loop(ctx, options)
     from cronctl.proc.echo import EchoSink
@@ -55,6 +59,7 @@ def _echo_decision(row: dict[str, Any]) -> None:
 
 
 def status(stale: bool = False, json_out: bool = False, watch: bool = False, interval: float = 2.0) -> int | None:
+    from cronctl.cli.termview import Terminal
     from cronctl.ops.status import status as status_report
     from cronctl.ops.status import status_json
 
@@ -63,7 +68,9 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
         def frame() -> list[str]:
             data = status_json(status_report(ctx), only_stale=stale)
             title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
-            return [title, *render.status_lines(data, stale)]
+            # Relative times that tick, fitted to the width; no colour codes in rich's Live.
+            term = Terminal(width=render.output_width(), colour=False)
+            return [title, *render.status_lines(data, stale, term)]
 
         render.watch(frame, interval)
         return None
@@ -72,7 +79,7 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
     if json_out:
         render.print_json(data)
     else:
-        render.status_view(data, stale)
+        render.status_view(data, stale, ctx.clock.now())
     return 3 if stale and report.stale else None
 
 

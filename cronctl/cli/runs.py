@@ -9,16 +9,13 @@ command loads only what it uses.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from cronctl.cli import render, runcmds
 from cronctl.cli.app import JsonOpt, app, finish, open_context
 from cronctl.cli.instants import parse_since as _since
-
-if TYPE_CHECKING:
-    pass
 
 
 @app.command()
@@ -34,8 +31,15 @@ def audit(
     Example: cronctl audit --job backup --event 'run.*' --since 1h
     """
     # Imported here: only this command needs it (start-up time).
-    from cronctl.store.audit import filter_rows
+    from cronctl.store.audit import check_event, filter_rows
 
+    if event is not None:
+        from cronctl.errors import CronctlError
+        from cronctl.models import AuditEvent
+
+        problem = check_event(event, [str(e) for e in AuditEvent])
+        if problem is not None:
+            raise CronctlError(problem)
     ctx = open_context()
     rows = filter_rows(ctx.audit.rows(), job=job, event=event,
                        since=_since(since, ctx) if since else None, limit=count)
@@ -126,6 +130,8 @@ def logs(
                                                  "ago.")] = None,
     all_jobs: Annotated[bool, typer.Option("--all", help="Every job: with -f, each new line as "
                                            "'JOB RUN | line'.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="On a terminal too, the bytes as the job wrote them "
+                                      "(by default control sequences other than colours are escaped).")] = False,
 ) -> None:
     """A run's captured output (the last run by default), or several runs' in a time window.
 
@@ -136,7 +142,7 @@ def logs(
 
     ctx = open_context()
     show_logs(ctx, name, run_id, lines, _since(since, ctx) if since else None,
-              _since(until, ctx, "--until") if until else None, follow, all_jobs)
+              _since(until, ctx, "--until") if until else None, follow, all_jobs, raw)
 
 
 @app.command("force-run")

@@ -52,6 +52,7 @@ class ImportedJob:
     text: str
     entry: dict[str, Any]  # YAML-shaped fields, already validated by config.build_spec
     user: str | None = None
+    zone_given: bool = False  # its zone came from a CRON_TZ/TZ line, not --timezone or the host's
 
 
 @dataclass
@@ -80,6 +81,7 @@ class _Scope:
     env: dict[str, str] = field(default_factory=dict)
     zone_error: int | None = None  # line of an unusable CRON_TZ/TZ; its jobs are skipped
     shell: str = "/bin/sh"
+    zone_given: bool = False  # a CRON_TZ/TZ line above sets the zone (else the default one)
 
 
 def import_crontab(text: str, source: str, *, user_field: bool = False, prefix: str = "",
@@ -211,7 +213,7 @@ def _apply_env(number: int, line: str, name: str, value: str, scope: _Scope, res
 
 def _set_zone(number: int, name: str, value: str, scope: _Scope, result: ImportResult) -> None:
     if not value:
-        scope.zone, scope.zone_error = result.default_zone, None
+        scope.zone, scope.zone_error, scope.zone_given = result.default_zone, None, False
         return
     try:
         check_timezone(value)
@@ -220,7 +222,7 @@ def _set_zone(number: int, name: str, value: str, scope: _Scope, result: ImportR
                                       "until the next valid CRON_TZ/TZ line"))
         scope.zone_error = number
         return
-    scope.zone, scope.zone_error = value, None
+    scope.zone, scope.zone_error, scope.zone_given = value, None, True
 
 
 # --- job lines -----------------------------------------------------------------------
@@ -253,7 +255,7 @@ def _job_from_line(number: int, line: str, scope: _Scope, result: ImportResult, 
     # cronctl follows Debian's DST rule except where Debian's cron runs a job more than once.
     for message in debian_gap_notes(parse_cron(schedule), scope.zone, now):
         result.notes.append(Note(number, message))
-    return ImportedJob(number, line, entry, user)
+    return ImportedJob(number, line, entry, user, scope.zone_given)
 
 
 def _split_job(line: str, user_field: bool) -> tuple[str, str | None, str] | str:
@@ -356,18 +358,57 @@ def check_prefix(prefix: str) -> None:
 
 
 def unique_name(prefix: str, command: str, schedule: str, taken: set[str]) -> str:
-    """`[prefix-]program-hash`: stable for the same command, unique within the file."""
+    """`[prefix-]program-schedule` (`backup-daily-0300`), readable and stable when other
+    lines move; the same program on the same schedule is told apart by its command."""
     lead = prefix + ("-" if prefix and prefix[-1] not in "-._" else "")
-    slug = program_slug(command)[: NAME_MAX - len(lead) - 9].rstrip("-") or "job"
-    name = f"{lead}{slug}-{_digest(command)}"
+    when = schedule_slug(schedule)[:24].rstrip("-_")
+    slug = program_slug(command)[: NAME_MAX - len(lead) - len(when) - 8].rstrip("-") or "job"
+    name = f"{lead}{slug}-{when}"
     if name in taken:
-        # The same command on another schedule: the schedule tells them apart.
-        name = f"{lead}{slug}-{_digest(schedule + chr(0) + command)}"
+        name = f"{name}-{_digest(command)[:4]}"
     base, count = name, 2
     while name in taken:
         name = f"{base}-{count}"
         count += 1
     return name
+
+
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def schedule_slug(schedule: str) -> str:
+    """A cron schedule as a name part: `*/5 * * * *` -> `every-5m`, `0 3 * * *` -> `daily-0300`,
+    `30 2 * * 1` -> `mon-0230`, `0 0 1 * *` -> `monthly-1-0000`; else the fields themselves."""
+    text = " ".join(schedule.split()).lower()
+    if text.startswith("@"):
+        return text[1:]
+    fields = text.split(" ")
+    if len(fields) != 5:
+        return "cron"
+    minute, hour, day, month, weekday = fields
+    rest_any = (day, month, weekday) == ("*", "*", "*")
+    if rest_any and hour == "*":
+        if minute == "*":
+            return "every-minute"
+        if re.fullmatch(r"\*/\d+", minute):
+            return f"every-{minute[2:]}m"
+        if minute.isdigit():
+            return f"hourly-{int(minute):02d}"
+    if minute.isdigit() and hour.isdigit():
+        clock = f"{int(hour):02d}{int(minute):02d}"
+        if rest_any:
+            return f"daily-{clock}"
+        if (day, month) == ("*", "*") and weekday.isdigit() and int(weekday) <= 7:
+            return f"{_DAYS[int(weekday)]}-{clock}"
+        if (day, month) == ("*", "*") and weekday in _DAYS:
+            return f"{weekday}-{clock}"
+        if (day, month) == ("*", "*") and weekday in ("1-5", "mon-fri"):
+            return f"weekdays-{clock}"
+        if day.isdigit() and (month, weekday) == ("*", "*"):
+            return f"monthly-{int(day)}-{clock}"
+    spelled = (f.replace("*/", "every").replace("*", "x").replace("/", "by").replace(",", ".") for f in fields)
+    words = [re.sub(r"[^a-z0-9.-]+", ".", word).strip(".-") or "x" for word in spelled]
+    return "_".join(words)
 
 
 def _digest(text: str) -> str:

@@ -22,8 +22,10 @@ def report_lines(result: ImportResult) -> list[str]:
     lines += [f"{'file' if n.line == 0 else f'line {n.line}'}: {n.message}" for n in result.notes]
     if any(job.user and job.user != "root" for job in result.jobs):
         lines.append("jobs keep the user cron ran them as ('user:'): the loop must run as root to switch to it")
-    lines.append(f"jobs without CRON_TZ/TZ run in {result.default_zone} (--timezone; by default this host's "
-                 "zone, which cron used for them)")
+    unzoned = sum(1 for job in result.jobs if not job.zone_given)
+    if unzoned:  # every job has its CRON_TZ: nothing to say
+        lines.append(f"{unzoned} job(s) without CRON_TZ/TZ run in {result.default_zone} (--timezone; by "
+                     "default this host's zone, which cron used for them)")
     return sorted(lines, key=_line_order)
 
 

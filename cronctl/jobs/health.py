@@ -130,8 +130,16 @@ def _running_health(view: JobView, owner_alive: OwnerAlive, lease_expired: Lease
                 "the loop may be hung. 'cronctl resume " + view.spec.name + "' releases it",
                 "platform",
             )
-    runs = ", ".join(view.claims)
+    runs = ", ".join(_run_where(run_id, claim) for run_id, claim in view.claims.items())
     return JobHealth("running", f"running ({runs})", None)
+
+
+def _run_where(run_id: str, claim: Any) -> str:
+    """A running run, with the host that runs it when the store knows (PostgreSQL)."""
+    owner = claim.get("owner") if isinstance(claim, dict) else None
+    host = claim.get("host") if isinstance(claim, dict) else None
+    host = host or (owner.get("host") if isinstance(owner, dict) else None)
+    return f"{run_id} on {host}" if host else run_id
 
 
 def persisted_error_wedge(view: JobView, now: datetime) -> bool:

@@ -233,8 +233,10 @@ def spec_field_problem(entry: dict[str, Any]) -> tuple[str, str] | None:
         if required not in entry:
             return required, "missing"
     present = [k for k in ("cron", "every", "at") if entry.get(k) is not None]
-    if len(present) != 1:
-        return "cron", f"give exactly one of cron, every, at (found {', '.join(present) or 'none'})"
+    chained = entry.get("after") not in (None, [], ())  # runs after other jobs: no schedule of its own
+    if len(present) != (0 if chained else 1):
+        wanted = "none of cron, every, at beside after" if chained else "exactly one of cron, every, at"
+        return "cron", f"give {wanted} (found {', '.join(present) or 'none'})"
     for key in JOB_FIELDS:
         if key not in entry:
             continue

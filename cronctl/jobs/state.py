@@ -65,6 +65,7 @@ class JobView:
             state = entry["state"]
             for key in _INSTANT_KEYS:
                 from_iso(state.get(key))
+            _check_flags(spec, state)
         except (CronctlError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise bad_entry_error(entry, exc) from None
         return cls(spec, state)
@@ -80,6 +81,16 @@ class JobView:
     @property
     def claims(self) -> dict[str, Any]:
         return self.state.get("claims") or {}
+
+
+def _check_flags(spec: JobSpec, state: dict[str, Any]) -> None:
+    """A hand-edited `paused: "yes"` is not true: every reader would take any non-empty
+    string for true (and "no" would pause too). Refused, naming the value."""
+    if spec.paused is not True and spec.paused is not False:
+        raise ValueError(f"'paused' is {spec.paused!r}, not true or false")
+    paused = state.get("paused")
+    if paused is not None and paused is not True and paused is not False:
+        raise ValueError(f"state 'paused' is {paused!r}, not true or false")
 
 
 # State keys read as instants by every reader (health, list, the loop).

@@ -109,6 +109,7 @@ class Engine:
         self.options = options or EngineOptions()
         self.wake = wake or threading.Event()
         self.active: dict[str, ActiveRun] = {}
+        self.handed_back = 0  # runs claimed ahead that shutdown handed back unstarted
         self.on_failure_runs: set[str] = set()
         self.finished_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending = _Pending()
@@ -437,7 +438,9 @@ class Engine:
             return
         except Exception as exc:
             # Anything else that stops one spawn must not leak this claim, nor
-            # leave the rest of the batch claimed and gated forever.
+            # leave the rest of the batch claimed and gated forever; nor a child that
+            # was started before it failed: its gate closes, so nothing of it runs.
+            self.supervisor.cancel_gate(new.run_id)
             refused.append(spawn_refused(new, getattr(exc, "errno", None), f"{type(exc).__name__}: {exc}"))
             return
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
@@ -596,7 +599,7 @@ class Engine:
         then stays, and the next loop reclaims it as lost.
         """
         try:
-            self.cancel_held("shutdown")
+            self.handed_back = self.cancel_held("shutdown")
         except Exception as exc:  # their claims then stay, and the next loop reclaims them
             print(f"cronctl: could not hand back runs claimed ahead: {exc}", file=sys.stderr)
         if wait is None:

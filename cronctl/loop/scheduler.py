@@ -328,7 +328,7 @@ class Scheduler:
         self._write_heartbeat(stopped_cleanly=True)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
                               generation=gen.id if gen else None, runs_stopped=stopped, reason="signal")
-        self._say(f"cronctl: loop stopped ({stopped} running run(s) ended and recorded)")
+        self._say(stopped_words(stopped, self.engine.handed_back))
 
     def _stop_in_cluster(self) -> None:
         """On PostgreSQL: runs end within their kill_grace even while the store does not answer
@@ -649,6 +649,19 @@ class Scheduler:
     def _say(self, message: str) -> None:
         if not self.options.quiet:
             print(message, file=sys.stderr, flush=True)
+
+
+def stopped_words(ended: int, handed_back: int) -> str:
+    """The loop's last line, once, in plain words: what it ended and what it did not start."""
+    if ended == 0:
+        said = "nothing was running"
+    else:
+        said = "it ended the run still going" if ended == 1 else f"it ended the {ended} runs still going"
+    if handed_back == 1:
+        said += "; 1 run due in a moment was not started and keeps its slot"
+    elif handed_back:
+        said += f"; {handed_back} runs due in a moment were not started and keep their slots"
+    return f"cronctl: loop stopped; {said}"
 
 
 def _os_words(exc: OSError) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cronctl.context import Context
 from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
@@ -61,8 +61,10 @@ def _cli_where(name: str):  # type: ignore[no-untyped-def]
     return where
 
 
-def add_job(ctx: Context, spec: JobSpec) -> JobView:
+def add_job(ctx: Context, spec: JobSpec, allow_past: bool = False) -> JobView:
     now = ctx.clock.now()
+    if not allow_past:
+        refuse_past_at([spec], now, lambda name: f"job '{name}': --at")
     with ctx.store.transaction() as doc:
         if spec.name in doc["jobs"]:
             raise ConflictError(f"job '{spec.name}' already exists; change it with 'cronctl edit {spec.name}'")
@@ -76,7 +78,19 @@ def add_job(ctx: Context, spec: JobSpec) -> JobView:
 SCHEDULE_KEYS = ("cron", "every", "at")
 
 
-def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str]) -> tuple[JobView, list[str]]:
+def refuse_past_at(specs: list[JobSpec], now: datetime, where: Callable[[str], str],
+                   how: str = "pass --allow-past to fire it now") -> None:
+    """A one-shot `at` already past would fire the moment a loop sees it: refused (exit 1,
+    nothing changed) unless the caller was given --allow-past."""
+    problems = [f"{where(spec.name)}: {to_iso(spec.at)} is in the past: a running loop would fire it at once; "
+                f"give a future instant, or {how}"
+                for spec in specs if spec.at is not None and spec.at < now]
+    if problems:
+        raise ConfigError(problems)
+
+
+def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str],
+             allow_past: bool = False) -> tuple[JobView, list[str]]:
     """Apply option changes to a job; returns the view and the names of the changed fields."""
     _check_unset(unset)
     now = ctx.clock.now()
@@ -92,6 +106,8 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str])
         changed = _changed_fields(old.spec, spec)
         if not changed:
             return old, []
+        if "at" in changed and not allow_past:
+            refuse_past_at([spec], now, lambda job: f"job '{job}': --at")
         chain_rules.check_cli(doc, spec)
         state = dict(old.state)
         _reschedule_if_needed(old.spec, spec, state, now)
@@ -148,7 +164,13 @@ def _reschedule_if_needed(old: JobSpec, new: JobSpec, state: dict[str, Any], now
     state["completed"] = False
 
 
-def remove_job(ctx: Context, name: str, force: bool = False) -> int:
+@dataclass(frozen=True)
+class Removed:
+    killed: int  # runs ended first (--force)
+    source: str | None  # the file that defined the job: its next apply re-creates it
+
+
+def remove_job(ctx: Context, name: str, force: bool = False) -> Removed:
     """Delete a job; refuse while it runs unless `force`, which ends its runs first."""
     with ctx.store.transaction() as doc:
         view = JobView.from_entry(get_entry(doc, name))
@@ -161,7 +183,7 @@ def remove_job(ctx: Context, name: str, force: bool = False) -> int:
         killed = _terminate_claims(ctx, name, view.claims) if view.claims else 0
         del doc["jobs"][name]
     ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, forced=force or None, killed_runs=killed or None)
-    return killed
+    return Removed(killed, view.spec.source)
 
 
 def _terminate_claims(ctx: Context, name: str, claims: dict[str, Any]) -> int:
@@ -206,16 +228,21 @@ class ApplyPlan:
         }
 
 
-def validate_file(path: str, now: datetime) -> tuple[list[JobSpec], list[str]]:
-    """The file's jobs and its warnings (a past one-shot `at`); raises ConfigError when invalid."""
+def validate_file(path: str, now: datetime, allow_past: bool = False) -> tuple[list[JobSpec], list[str]]:
+    """The file's jobs and its warnings (a past one-shot `at` with allow_past); raises
+    ConfigError when invalid. Without the store it cannot tell a one-shot that already
+    fired: every past `at` is refused unless allow_past (apply refuses only new ones)."""
     loaded = load_jobs_file(path)
     check_spawnable(loaded.specs, str(loaded.path))
     chain_rules.check_file(str(loaded.path), loaded.specs)
+    if not allow_past:
+        refuse_past_at(loaded.specs, now,
+                       lambda job: f"{loaded.path}:{loaded.at_lines.get(job, 0)}: job '{job}': field 'at'")
     return loaded.specs, loaded.warnings(now)
 
 
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
-               force: bool = False, watched: bool = False) -> ApplyPlan:
+               force: bool = False, watched: bool = False, allow_past: bool = False) -> ApplyPlan:
     """Apply a jobs file. `watched` is `run -f`: the file is the source of truth for the jobs
     it created, so they are pruned; one with a running run is not refused (the loop must go
     on) but left in `prune_waiting`, for the loop to apply again once its runs end."""
@@ -228,6 +255,12 @@ def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = Fal
         if watched:
             _defer_running_prunes(doc, plan)
         chain_rules.check_apply(doc, source, loaded.specs, plan.prune, force)
+        if not allow_past:  # a new one-shot, or one whose `at` changed; one already stored keeps its catch-up
+            fresh = {*plan.create, *(name for name, fields in plan.update.items() if "at" in fields)}
+            how = (f"to fire it now, apply it once with 'cronctl apply -f {source} --allow-past'" if watched
+                   else "pass --allow-past to fire it now")
+            refuse_past_at([spec for spec in loaded.specs if spec.name in fresh], now,
+                           lambda job: f"{source}:{loaded.at_lines.get(job, 0)}: job '{job}': field 'at'", how)
         done = frozenset(name for name, entry in doc["jobs"].items() if (entry.get("state") or {}).get("completed"))
         plan.warnings = loaded.warnings(now, done)
         if dry_run:
@@ -356,7 +389,7 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
     try:
         first = view.next_run_at if use_state and view.next_run_at else None
         if first is None:
-            first = _first_at_or_after(spec, origin)
+            first = _first_after(spec, origin)
         slot = first
         while slot is not None and len(out) < count:
             out.append(slot)
@@ -366,14 +399,12 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
     return out
 
 
-def _first_at_or_after(spec: JobSpec, origin: datetime) -> datetime | None:
-    if spec.every is not None:
+def _first_after(spec: JobSpec, origin: datetime) -> datetime | None:
+    """The first fire strictly after `origin`: cron started at an instant never fires at
+    that instant itself, so neither does `next --from` count it."""
+    if spec.every is not None or spec.cron is not None:
         return first_slot(spec, origin)
-    if spec.cron is not None:
-        from datetime import timedelta
-
-        return first_slot(spec, origin - timedelta(microseconds=1))
-    return spec.at if spec.at is not None and spec.at >= origin else None
+    return spec.at if spec.at is not None and spec.at > origin else None
 
 
 # --- pause / resume ------------------------------------------------------------

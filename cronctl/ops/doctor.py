@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from cronctl.errors import CronctlError, StoreCorruptError
@@ -36,13 +38,26 @@ class Finding:
 def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
     if getattr(store, "postgres", False):
         return _examine_postgres(paths, store)
-    findings = [_check_store(paths, store), *_check_jobs(paths, store), *_check_locks(paths)]
+    findings = [_check_store(paths, store), _check_writable(paths), *_check_jobs(paths, store), *_check_locks(paths)]
     findings.append(_check_loop(paths, store, now))
     findings.extend(_check_claims(store))
     findings.extend(_check_orphans(paths, store))
     findings.extend(_check_sizes(paths))
     findings.append(_check_disk(paths))
+    findings.extend(_check_unit(paths, store))
     return findings
+
+
+def _check_unit(paths: Paths, store: Store) -> list[Finding]:
+    """An installed unit of this home's loop whose TimeoutStopSec no longer covers the jobs."""
+    from cronctl.ops.unitcheck import unit_problem
+
+    try:
+        specs = [JobView.from_entry(entry).spec for entry in store.read()["jobs"].values()]
+    except Exception:  # noqa: BLE001 - a store that does not read is the store check's to report
+        return []
+    found = unit_problem(paths.home, specs)
+    return [] if found is None else [Finding("unit", *found)]
 
 
 def needs_action(findings: list[Finding]) -> bool:
@@ -63,6 +78,40 @@ def _check_store(paths: Paths, store: Store) -> Finding:
         return Finding("store", "warn", f"{paths.store} has mode {mode:04o}", f"chmod 600 {paths.store}")
     return Finding("store", "ok",
                    f"{paths.store}: version {doc['version']}, rev {doc['rev']}, {len(doc['jobs'])} job(s)")
+
+
+def _check_writable(paths: Paths) -> Finding:
+    """Whether this user can write what cronctl writes: a new file in the home (every store
+    write is a new file renamed into place) and the files it appends to. Reading them is
+    not enough: a home that can only be read fails at the first change."""
+    problems = []
+    try:
+        probe_write(paths.home / f".doctor-probe.{os.getpid()}")
+    except OSError as exc:
+        problems.append(f"cannot create a file in {paths.home}: {exc.strerror or exc}")
+    for path in (paths.store, paths.audit, paths.heartbeat):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"cannot write {path}: {exc.strerror or exc}")
+    if problems:
+        return Finding("writable", "action", "; ".join(problems) + ": every change and every run would fail",
+                       f"give the user that runs cronctl write access to {paths.home} and its files "
+                       "(chown/chmod), or mount it read-write")
+    return Finding("writable", "ok", f"{paths.home} and its files are writable")
+
+
+def probe_write(path: Path) -> None:
+    """Create, write and remove one small file (OSError if any step fails)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"x")
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _check_jobs(paths: Paths, store: Store) -> list[Finding]:

@@ -19,6 +19,10 @@ from cronctl.proc.run import TrackedRun
 
 # ("register", run_id) | ("opened", run_id) | ("kill", run_id, reason) | ("shutdown", reason)
 Command = tuple[str, ...]
+# The longest the supervisor thread sleeps with nothing due: a wake-up write that failed
+# (a full disk is no excuse for a pipe, but a fault injector or a kernel bug may say so)
+# delays what it was for by this much at most, instead of for ever.
+WAKE_BACKSTOP = 2.0
 
 
 class SharedRuns:
@@ -38,6 +42,7 @@ class SharedRuns:
         self._seq = itertools.count()
         self._wake_r: int | None = None
         self._wake_w: int | None = None
+        self.wakes_lost = 0  # wake-up writes that failed (not for a full pipe)
 
     # --- waking the supervisor thread ------------------------------------------
 
@@ -56,6 +61,12 @@ class SharedRuns:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:
                 pass  # already full: the thread will wake anyway
+            except OSError:
+                # ENOSPC, EIO...: the wake-up is lost, never the caller's work (a child just
+                # spawned must be tracked, not reported as a spawn failure and left gated).
+                # The supervisor thread never sleeps longer than WAKE_BACKSTOP, so it still
+                # sees what was posted.
+                self.wakes_lost += 1
 
     def drain_wake(self) -> None:
         assert self._wake_r is not None

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from cronctl.models import RunStatus
 from cronctl.proc.reaping import collect_exit, reap_orphans
 from cronctl.proc.run import RunResult, TrackedRun
-from cronctl.proc.shared import SharedRuns
+from cronctl.proc.shared import WAKE_BACKSTOP, SharedRuns
 from cronctl.proc.termination import ScanQueue
 
 # In subreaper mode orphans exit without telling us; look for them this often.
@@ -109,7 +109,7 @@ class Watcher:
         scan_wait = self._scans.timeout(now, self._others_running())
         if scan_wait is not None:
             waits.append(scan_wait)
-        return min(waits) if waits else None
+        return min([*waits, WAKE_BACKSTOP])
 
     def _process_commands(self, now: float, touched: dict[str, TrackedRun]) -> None:
         for command in self._shared.take_commands():

@@ -208,6 +208,12 @@ def _parse_item(expr: str, rule: _FieldRule, item: str) -> range:
     return range(low, high + 1, step)
 
 
+def _as_written(expr: str, text: str) -> str:
+    """A token as the user wrote it (`L`, not the parser's lower-cased `l`)."""
+    found = re.search(re.escape(text), expr, re.IGNORECASE)
+    return found.group() if found else text
+
+
 def _is_number(text: str) -> bool:
     # str.isdigit() alone would let through digits like '²' that int() refuses.
     return text.isascii() and text.isdigit()
@@ -229,7 +235,7 @@ def _parse_value(expr: str, rule: _FieldRule, text: str) -> int:
         hint = f" (names: {' '.join(rule.names)})" if rule.names else ""
         if re.fullmatch(r".*[?#].*|[lwh]|lw|\d+[lw]|h\(.*", text):
             hint = " (Quartz/Jenkins extensions like ? L W # H are not supported)"
-        raise _field_error(expr, rule, f"{text!r} is not a number{hint}")
+        raise _field_error(expr, rule, f"{_as_written(expr, text)!r} is not a number{hint}")
     value = int(text)
     if not rule.low <= value <= rule.high:
         raise _field_error(expr, rule, f"value {value} out of range {rule.low}-{rule.high}")

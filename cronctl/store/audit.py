@@ -138,7 +138,7 @@ def filter_rows(
 
     `event` matches exactly, or as a prefix when it ends with '.' or '*' (run.*).
     """
-    prefix = event.rstrip("*") if event and (event.endswith("*") or event.endswith(".")) else None
+    prefix = _event_prefix(event) if event else None
     selected: list[dict[str, Any]] = []
     for row in rows:
         if job is not None and row.get("job") != job:
@@ -153,6 +153,24 @@ def filter_rows(
     if limit is not None:
         selected = selected[-limit:] if limit > 0 else []
     return selected
+
+
+def _event_prefix(event: str) -> str | None:
+    """The prefix an --event matches: 'run.*' and 'run.' are prefixes, and so is a bare
+    first part such as 'chain' (every chain.* row). None: an exact name."""
+    if event.endswith("*") or event.endswith("."):
+        return event.rstrip("*")
+    return None if "." in event else event + "."
+
+
+def check_event(event: str, known: list[str]) -> str | None:
+    """Why an --event can match no row of this version (None: it can): it names no known
+    event and is no prefix of one. A typo must not read as 'nothing happened'."""
+    prefix = _event_prefix(event)
+    if any(name == event or (prefix is not None and name.startswith(prefix)) for name in known):
+        return None
+    return f"--event '{event}' matches no audit event; the events are: {', '.join(sorted(known))} " \
+           "(a prefix such as 'run' or 'run.*' matches a group)"
 
 
 def _row_since(row: dict[str, Any], since: datetime) -> bool:

@@ -148,20 +148,23 @@ class PgAuditLog(AuditLog):
         from psycopg.types.json import Jsonb
 
         from cronctl.store.pg.audit import dumps
+        from cronctl.store.pg.identity import host_id
 
-        written = [self._row(event, dict(details)) for event, details in rows]
+        host = host_id()  # which host decided it, as the lease store's rows say (SPEC §9)
+        written = [{**self._row(event, dict(details)), "host": host} for event, details in rows]
         params = []
         for row in written:
-            rest = {k: v for k, v in row.items() if k not in ("ts", "event", "job", "run_id", "reason", "slot")}
+            rest = {k: v for k, v in row.items()
+                    if k not in ("ts", "event", "job", "run_id", "reason", "slot", "host")}
             slot = row.get("slot")
             params.append((row["event"], row.get("job"), row.get("run_id"),
-                           from_iso(slot) if isinstance(slot, str) else slot, row.get("reason"),
+                           from_iso(slot) if isinstance(slot, str) else slot, row.get("reason"), host,
                            Jsonb(rest, dumps=dumps)))
         try:
             conn = self.session.conn()
             with self.session.lock, conn.transaction(), conn.cursor() as cur:
-                cur.executemany("INSERT INTO cronctl_audit (event, job, run_id, slot, reason, details)"
-                                " VALUES (%s, %s, %s, %s, %s, %s)", params)
+                cur.executemany("INSERT INTO cronctl_audit (event, job, run_id, slot, reason, host_id, details)"
+                                " VALUES (%s, %s, %s, %s, %s, %s, %s)", params)
         except (CronctlError, psycopg_error()) as exc:
             print(f"cronctl: cannot write audit row(s) to {self.session.url.shown}: {exc}", file=sys.stderr)
         for row in written:

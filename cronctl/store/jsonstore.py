@@ -285,6 +285,13 @@ class Store:
                 "nothing was changed. 'cronctl doctor --repair' restores the backup; to start with an "
                 f"empty store on purpose, move {self._paths.store_backup.name} away first"
             )
+        evidence = jobs_once_defined(self._paths.audit, self._paths.runs_dir)
+        if evidence:
+            raise StoreCorruptError(
+                f"store {self._paths.store} is missing and has no backup, but {evidence} that jobs were "
+                "defined here; nothing was changed. Put jobs.json back from a backup of yours; or, to start "
+                "again with an empty store (then re-apply your jobs file), move audit.jsonl and runs/ away first"
+            )
 
     def _corrupt(self, detail: str) -> StoreCorruptError:
         if self._paths.store_backup.exists():
@@ -602,3 +609,27 @@ def _forget_locks_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def jobs_once_defined(audit: Path, runs_dir: Path) -> str | None:
+    """What in a home shows that it once had jobs, as "X shows" (None: nothing): a job.added
+    row in the audit log, or a job's run history. Only read when the store is missing."""
+    found: list[str] = []
+    try:
+        with open(audit, "rb") as handle:
+            tail = b""
+            while chunk := handle.read(1 << 20):
+                if b'"job.added"' in tail + chunk:
+                    found.append(f"the audit log {audit}")
+                    break
+                tail = chunk[-16:]
+    except OSError:
+        pass
+    try:
+        if any((entry / "history.jsonl").exists() for entry in runs_dir.iterdir()):
+            found.append(f"the run histories in {runs_dir}")
+    except OSError:
+        pass
+    if not found:
+        return None
+    return " and ".join(found) + (" show" if len(found) > 1 else " shows")

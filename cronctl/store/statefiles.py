@@ -37,6 +37,7 @@ def write_file_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
     file or the new one, never an empty or half-written one: a temp file in the same
     directory, fsync, rename over the target, fsync the directory (the rename itself
     must survive a power loss). Raises OSError; the temp file never stays behind."""
+    remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
@@ -54,6 +55,32 @@ def write_file_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     fsync_directory(path.parent)
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Remove the temp files of `path` that a killed writer left (`.NAME.PID.tmp` whose PID
+    is gone): SIGKILL gives the writer no chance to, and nothing else ever would."""
+    prefix, suffix = f".{path.name}.", ".tmp"
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix) and n.endswith(suffix)]
+    except OSError:
+        return
+    for name in names:
+        pid_text = name[len(prefix):-len(suffix)]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _pid_alive(int(pid_text)):
+            continue
+        with suppress(OSError):
+            os.unlink(path.parent / name)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
 
 
 def fsync_directory(directory: Path) -> None:

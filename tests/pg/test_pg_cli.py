@@ -140,8 +140,13 @@ def test_the_database_audit_log_writes_and_reads_rows_as_the_file_log_does(store
     log.listeners.append(echoed.append)
     written = log.append("job.paused", job="tick", why=None)
     log.append("cli.some_new_event", detail=3)  # any event name, as the file log takes
-    assert written == {"ts": "2026-03-01T12:00:00.000+00:00", "event": "job.paused", "job": "tick"}
+    from cronctl.store.pg.identity import host_id
+
+    # the host that wrote it, as every row of the lease store says (issue 26)
+    assert written == {"ts": "2026-03-01T12:00:00.000+00:00", "event": "job.paused", "job": "tick",
+                       "host": host_id()}
     rows = list(log.rows())
+    assert all(row["host"] == host_id() for row in rows)
     assert [(row["event"], row.get("job"), row.get("detail")) for row in rows] == [
         ("job.paused", "tick", None), ("cli.some_new_event", None, 3)]
     assert echoed[0] == written and not (tmp_path / "audit.jsonl").exists()

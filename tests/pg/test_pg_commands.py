@@ -168,6 +168,9 @@ def test_every_command_answers_on_postgres_as_on_the_json_store(cli: Cli, store_
     assert "s3cret-pw" not in everything + cli("doctor").out
 
     for (args, *json_answer), (_, *pg_answer) in zip(on_json, on_pg, strict=True):
+        if args == ("history",):  # PostgreSQL's addition: which host ran each run (issue 26), checked, then left out
+            assert pg_answer[1].split()[:3] == ["JOB", "RUN", "HOST"], pg_answer[1]
+            pg_answer[1] = re.sub(r"[0-9a-f]{32}  ", "", re.sub(r"HOST +", "", pg_answer[1], count=1))
         assert pg_answer == json_answer, (args, _diff(str(json_answer), str(pg_answer)))
     failed = [(args[:2], code) for args, code, _, _ in on_pg if code]
     assert failed == [(("add", "tick"), 1), (("force-run", "fail"), 3),

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from cronctl.clock import Clock, SystemClock
@@ -27,6 +27,7 @@ from cronctl.models import FAILED_STATUSES, AuditEvent, Fault, RunStatus
 from cronctl.paths import Paths
 from cronctl.store import claims as claims_mod
 from cronctl.store import history
+from cronctl.store.audit import tell_listeners
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
 from cronctl.store.leases import (  # the private judgments are shared: both backends decide alike
     HeldGate,
@@ -77,6 +78,9 @@ class PgLeaseStore:
         self.clock = clock or SystemClock()
         self.paths = paths  # where this host keeps run logs (pruned after a finish); None: none here
         self.deadline_s: float | None = None  # None: the connection's own (store/pg/deadline.py)
+        # Told each audit row this store wrote, once its transaction committed (the loop's
+        # terminal echo: run.finished and the rest are written here, not through the audit log).
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     @property
     def conn(self) -> Connection:
@@ -404,6 +408,11 @@ class PgLeaseStore:
         with self.lock, doc_transaction(self.conn, self.host_id, where, params, meta=meta,
                                         skip_locked=skip_locked) as tx:
             yield tx
+        if self.listeners and tx.events:
+            ts = tx.db_now.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+            for event in tx.events:
+                tell_listeners(self.listeners, {"ts": ts, "event": str(event.name), "host": self.host_id,
+                                                **event.details})
 
     @contextmanager
     def _read(self) -> Iterator[None]:
