@@ -290,3 +290,10 @@ def test_the_setup_helper_fails_closed_with_its_marker_and_runs_nothing(tmp_path
     ignored = int(good.stdout.split()[-1], 16)
     # Python ignores SIGPIPE and SIGXFSZ; the helper must not hand that down to the job.
     assert ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
+
+
+def test_doctor_reads_stored_limits_back_cleanly(cli) -> None:  # type: ignore[no-untyped-def]
+    """jobs.json keeps cpu in whole seconds; doctor holds it to the stored form, not the file's."""
+    cli("add", "capped", "--every", "1h", "--limit", "cpu=1m", "--limit", "memory=1G", "--", "true")
+    out = cli("doctor").out
+    assert "[ok] jobs:" in out and "limits" not in out

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from cronctl.durations import parse_duration
 from cronctl.errors import ConfigError, CronctlError
 from cronctl.jobs.chainfields import CHAIN_CHECKS, CHAIN_FIELDS, chain_combo_problems
-from cronctl.jobs.operatorfields import OPERATOR_CHECKS, OPERATOR_FIELDS, user_warnings
+from cronctl.jobs.operatorfields import OPERATOR_CHECKS, OPERATOR_FIELDS, STORED_OPERATOR_CHECKS, user_warnings
 from cronctl.models import NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import check_timezone, parse_at, parse_cron
 from cronctl.timefmt import to_iso
@@ -241,7 +241,7 @@ def spec_field_problem(entry: dict[str, Any]) -> tuple[str, str] | None:
         if key not in entry:
             continue
         try:
-            _CHECKS[key](entry[key])
+            STORED_OPERATOR_CHECKS.get(key, _CHECKS[key])(entry[key])
             if key == "at" and entry[key] is not None:
                 parse_at(entry[key], "UTC")
         except (FieldProblem, CronctlError, OverflowError) as exc:

@@ -133,6 +133,17 @@ OPERATOR_CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def check_stored_limits(value: Any) -> dict[str, int]:
+    """`limits` as jobs.json keeps it: cpu in whole seconds (a jobs file must give a unit)."""
+    if isinstance(value, dict) and type(value.get("cpu")) is int:
+        value = {**value, "cpu": f"{value['cpu']}s"}
+    return check_limits(value)
+
+
+# The checks whose stored form differs from what a jobs file says.
+STORED_OPERATOR_CHECKS: dict[str, Callable[[Any], Any]] = {"limits": check_stored_limits}
+
+
 def format_size(size: int) -> str:
     """`1MiB`, `64KiB`, `1500B`: the exact size in the largest binary unit that divides it."""
     for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
