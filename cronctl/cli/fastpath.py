@@ -86,7 +86,8 @@ COMMANDS: dict[str, Command] = {
                                    "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),
                                    "--metrics-file": Opt("metrics_file", TEXT), "--quiet": Opt("quiet", FLAG),
                                    "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
-                                   "--http-allow-remote": Opt("http_allow_remote", FLAG)}),
+                                   "--http-allow-remote": Opt("http_allow_remote", FLAG),
+                                   "--http-token": Opt("http_token", TEXT)}),
     "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
                          ("name",), required=1),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +21,12 @@ from cronctl.store.claims import Outcome, Owner
 from cronctl.store.leases import RunClaim
 
 if TYPE_CHECKING:
+    from cronctl.loop.endpoint import Handler
     from cronctl.loop.heal import Liveness
     from cronctl.loop.scheduler import LoopOptions
+
+    # The dashboard's pages and API, and its POST actions (ops.webpage.dashboard_hooks).
+    DashboardHooks = tuple[Callable[[], dict[str, Handler]], Callable[[], Handler]]
 
 # --- history and logs ---------------------------------------------------------------
 
@@ -305,8 +310,9 @@ def _kill_here(ctx: Context, claim: RunClaim) -> bool:
     return ctx.leases.end_unsupervised(claim.job, claim.run_id, outcome, ctx.clock.now(), ended)
 
 
-def run_loop(ctx: Context, options: LoopOptions) -> int:
-    """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks."""
+def run_loop(ctx: Context, options: LoopOptions, dashboard: DashboardHooks | None = None) -> int:
+    """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks, and
+    `dashboard` (ops.webpage.dashboard_hooks: its pages, its actions) on the --http endpoint."""
     # Imported here: the loop's modules are needed by `run` alone, not by history or logs.
     from cronctl.loop.scheduler import FileApplied, LoopHooks, Scheduler
     from cronctl.ops.definitions import apply_file
@@ -320,9 +326,10 @@ def run_loop(ctx: Context, options: LoopOptions) -> int:
 
     metrics = MetricsFile(options.metrics_file)
     from cronctl.ops.probes import probe_routes
-
     hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
-                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url))
+                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url),
+                      http_handlers=dashboard[0] if dashboard else None,
+                      http_actions=dashboard[1] if dashboard else None)
     return Scheduler(ctx, options, hooks=hooks).run()
 
 
