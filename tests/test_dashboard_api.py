@@ -22,7 +22,7 @@ from cronctl.errors import UsageError
 from cronctl.loop.endpoint import MAX_BODY, Endpoint
 from cronctl.ops.status import status, status_json
 from cronctl.ops.webactions import read_token
-from cronctl.ops.webapi import timeline
+from cronctl.ops.webtimeline import Timeline, timeline
 from cronctl.ops.webpage import dashboard_actions, dashboard_handlers
 from cronctl.store.history import append_record
 from cronctl.timefmt import to_iso
@@ -154,6 +154,22 @@ def test_the_timeline_merges_runs_closer_than_a_pixel_and_keeps_late_starts_and_
     assert len(data["jobs"]["a"]["recent"]) == 14 and data["jobs"]["a"]["last"]["status"] == "skipped"
     fine = timeline({"a": records}, since, since + timedelta(hours=1), res=1)
     assert len(fine["jobs"]["a"]["bars"]) == 12  # zoomed in: a bar per run
+
+
+def test_the_timeline_kept_between_polls_merges_only_what_was_appended() -> None:
+    since = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    until = since + timedelta(hours=2)
+    rows = [record("a", since + timedelta(minutes=m), status_word="error" if 20 <= m < 25 else "success")
+            for m in range(60)]
+    kept = Timeline()
+    kept.build({"a": rows}, since, until, 30)
+    rows.extend(record("a", since + timedelta(minutes=m)) for m in range(60, 90))
+    assert kept.build({"a": rows}, since, until, 30) == timeline({"a": rows}, since, until, 30)
+    trimmed = rows[-40:]  # a trim: a new list, built again
+    assert kept.build({"a": trimmed}, since, until, 30) == timeline({"a": trimmed}, since, until, 30)
+    later = since + timedelta(minutes=30)  # the window moved: built again from its start
+    assert kept.build({"a": trimmed}, later, until, 30) == timeline({"a": trimmed}, later, until, 30)
+    assert kept.build({}, later, until, 30)["jobs"] == {}
 
 
 def test_api_audit_filters_since_event_and_job(server: Server) -> None:

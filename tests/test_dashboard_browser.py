@@ -120,7 +120,7 @@ def open_page(browser: Any, demo: Demo, path: str = "/") -> None:
 
 def row_states(browser: Any) -> dict[str, str]:
     found: dict[str, str] = browser.execute_script(
-        "const out = {}; for (const tr of document.querySelectorAll('#jobs tbody tr'))"
+        "const out = {}; for (const tr of document.querySelectorAll('#jobs tbody tr[data-job]'))"
         " out[tr.dataset.job] = tr.querySelector('td.state').textContent; return out;")
     return found
 

@@ -28,15 +28,14 @@ from cronctl.loop.endpoint import Handler, Reply, Request
 from cronctl.models import command_text
 from cronctl.ops.status import status, status_json
 from cronctl.ops.webreads import AuditReader, HistoryReader
+from cronctl.ops.webtimeline import Timeline
 from cronctl.schedule.slots import fire_at
 from cronctl.store.audit import filter_rows
 from cronctl.timefmt import from_iso, to_iso
 
 STATUS_TTL = 0.5  # pages polling at once share one status read per this many seconds
 MAX_ROWS = 10_000
-RECENT = 20  # outcomes in a job's strip
 LOG_SHOWN = 1 << 20
-TIMELINE_STATUSES = ["success", "error", "timeout", "killed", "lost", "not_started", "skipped", "running"]
 
 
 class BadParameter(CronctlError):
@@ -56,6 +55,7 @@ class WebApi:
         self.ctx = ctx
         self.history_reader = HistoryReader(ctx)
         self.audit_reader = AuditReader(ctx)
+        self.timeline = Timeline()
         self._status: tuple[float, Reply] | None = None
 
     def handlers(self) -> dict[str, Handler]:
@@ -84,7 +84,8 @@ class WebApi:
         return reply
 
     def jobs(self, request: Request) -> Reply:
-        return json_reply({"jobs": [job_definition(view) for view in self.ctx.leases.jobs()]})
+        # Without each job's state (the status has what the page shows of it): 1,000 jobs stay small.
+        return json_reply({"jobs": [job_definition(view, with_state=False) for view in self.ctx.leases.jobs()]})
 
     def job(self, request: Request) -> Reply:
         name = request.path[len("/api/jobs/"):]
@@ -98,7 +99,7 @@ class WebApi:
         by_job = self.history_reader.by_job()
         if one(request, "view") == "timeline":
             start = since or now - timedelta(hours=24)
-            return json_reply(timeline(by_job, start, now, resolution(request)))
+            return json_reply(self.timeline.build(by_job, start, now, resolution(request)))
         jobs = names_param(request)
         wanted_status, chain = one(request, "status"), one(request, "chain")
         since_text = to_iso(since) if since else None
@@ -133,69 +134,16 @@ class WebApi:
         return json_reply({"rows": rows})
 
 
-def job_definition(view: JobView) -> dict[str, Any]:
+def job_definition(view: JobView, with_state: bool = True) -> dict[str, Any]:
     """A job for people: its stored definition, the schedule in words, the next fire in UTC."""
     spec = view.spec
     data = spec.to_dict()
     data.update(name=spec.name, schedule_words=describe(spec), schedule=spec.schedule_text,
                 command_text=command_text(spec.command), timezone=spec.timezone, after=list(spec.after or []),
-                paused=view.paused, state=view.state)
+                paused=view.paused, **({"state": view.state} if with_state else {}))
     next_slot = view.next_run_at
     data["next_fire_at"] = to_iso(fire_at(spec, next_slot)) if next_slot and not view.paused else None
     return data
-
-
-def timeline(by_job: dict[str, list[dict[str, Any]]], since: datetime, until: datetime,
-             res: float) -> dict[str, Any]:
-    """Each job's runs in [since, until] as bars [start_s, end_s, status, runs, late runs],
-    seconds from `since`; runs of one status closer than `res` (a pixel at the page's zoom)
-    are one bar, so a day of 1-minute runs is a few bars, not 1,440 elements. Also each
-    job's last RECENT outcomes (its strip) and the slots it skipped (ticks)."""
-    code = {name: index for index, name in enumerate(TIMELINE_STATUSES)}
-    since_text = to_iso(since) or ""
-    base = since.timestamp()
-    jobs: dict[str, Any] = {}
-    for job, records in by_job.items():
-        bars: list[list[Any]] = []
-        ticks: list[float] = []
-        for record in records:
-            if str(record.get("ended_at") or "") < since_text:
-                continue
-            status_code = code.get(str(record.get("status")), code["error"])
-            start, end = _seconds(record.get("started_at"), base), _seconds(record.get("ended_at"), base)
-            if record.get("status") in ("skipped", "not_started") or start is None:
-                slot = _seconds(record.get("slot"), base)
-                ticks.append(round(slot if slot is not None else end or 0.0, 1))
-                continue
-            _add_bar(bars, max(start, 0.0), max(end or start, start), status_code, bool(record.get("late")), res)
-        recent = [[code.get(str(r.get("status")), code["error"]), r.get("run_id")] for r in records[-RECENT:]]
-        jobs[job] = {"bars": bars, "ticks": ticks, "recent": recent, "last": _last(records)}
-    return {"since": to_iso(since), "until": to_iso(until), "res": res, "statuses": TIMELINE_STATUSES, "jobs": jobs}
-
-
-def _last(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if not records:
-        return None
-    record = records[-1]
-    return {key: record.get(key) for key in ("run_id", "status", "duration", "reason", "exit_code", "signal",
-                                             "ended_at", "started_at", "late", "chain", "fault")}
-
-
-def _add_bar(bars: list[list[Any]], start: float, end: float, status_code: int, late: bool, res: float) -> None:
-    last = bars[-1] if bars else None
-    if last is not None and last[2] == status_code and start - last[1] < res and not late:
-        last[1] = round(max(last[1], end), 1)
-        last[3] += 1
-        return
-    bars.append([round(start, 1), round(end, 1), status_code, 1, int(late)])
-
-
-def _seconds(value: Any, base: float) -> float | None:
-    try:
-        instant = from_iso(value)
-    except (TypeError, ValueError):
-        return None
-    return None if instant is None else instant.timestamp() - base
 
 
 # --- query parameters ------------------------------------------------------------------------

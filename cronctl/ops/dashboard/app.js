@@ -41,10 +41,15 @@ function ago(seconds) {
     (s / 3600).toFixed(1) + "h" : (s / 86400).toFixed(1) + "d";
   return seconds >= 0 ? "in " + text : text + " ago";
 }
+const formats = new Map();  // one formatter per zone: making one costs more than using it
 function inZone(iso, zone) {
+  zone = zone || "UTC";
   try {
-    return new Intl.DateTimeFormat("sv-SE", {timeZone: zone || "UTC", year: "numeric", month: "2-digit",
-      day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit"}).format(new Date(iso)) + " " + (zone || "UTC");
+    if (!formats.has(zone)) {
+      formats.set(zone, new Intl.DateTimeFormat("sv-SE", {timeZone: zone, year: "numeric", month: "2-digit",
+        day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit"}));
+    }
+    return formats.get(zone).format(new Date(iso)) + " " + zone;
   } catch (e) { return iso; }
 }
 function duration(seconds) {
@@ -99,7 +104,11 @@ async function refreshJobs() {
 async function refreshTimeline() {
   const span = Number($("zoom").value);
   const width = Math.max(300, $("timeline").clientWidth - 160);
-  view.timeline = await getJson("/api/history?view=timeline&since=" + span + "s&res=" + (span / width).toFixed(2));
+  const res = (span / width).toFixed(2);
+  // The window's start moves in steps of ten pixels: the loop keeps the bars it built for it.
+  const step = Math.max(60, res * 10) * 1000;
+  const since = new Date(Math.floor((Date.now() - span * 1000) / step) * step).toISOString();
+  view.timeline = await getJson("/api/history?view=timeline&since=" + encodeURIComponent(since) + "&res=" + res);
   view.timelineAt = Date.now();
   render();
 }
@@ -117,7 +126,7 @@ async function refreshAudit() {
 
 // --- the overview ---------------------------------------------------------------------------
 function render() {
-  if (!view.status) return;
+  if (!view.status || view.loading) return;
   renderLoop();
   if (view.jobPage) { renderJobPage(); return; }
   renderJobs();
@@ -134,24 +143,38 @@ function renderLoop() {
   node.textContent = "loop: " + loop.state + age;
 }
 const rows = new Map();
+// Only the rows scrolled into view (and a few around them) are in the table: two spacer rows
+// stand for the others, so 1,000 jobs cost the DOM of about 30.
+const JOB_ROW = 44, JOB_SPARE = 8;
 function renderJobs() {
-  const tbody = $("jobs").tBodies[0];
+  const tbody = $("jobs").tBodies[0], box = $("jobs-box");
   const filter = $("filter").value.trim().toLowerCase();
-  const seen = new Set();
-  let shown = 0;
-  for (const job of view.status.jobs) {
-    seen.add(job.name);
+  const jobs = view.status.jobs.filter((job) => !filter || job.name.toLowerCase().includes(filter) ||
+    job.state.includes(filter));
+  const names = new Set(view.status.jobs.map((job) => job.name));
+  for (const name of rows.keys()) if (!names.has(name)) rows.delete(name);
+  const first = Math.max(0, Math.floor(box.scrollTop / JOB_ROW) - JOB_SPARE);
+  const last = Math.min(jobs.length, first + Math.ceil((box.clientHeight || 800) / JOB_ROW) + 2 * JOB_SPARE);
+  const wanted = [padRow("top", first * JOB_ROW)];
+  for (const job of jobs.slice(first, last)) {
     let row = rows.get(job.name);
     if (!row) { row = makeRow(job.name); rows.set(job.name, row); }
-    const visible = !filter || job.name.toLowerCase().includes(filter) || job.state.includes(filter);
-    row.tr.hidden = !visible;
-    if (visible) shown++;
     fillRow(row, job);
-    if (row.tr.parentNode !== tbody || row.tr !== tbody.children[shown - 1] && visible) tbody.append(row.tr);
+    wanted.push(row.tr);
   }
-  for (const [name, row] of rows) if (!seen.has(name)) { row.tr.remove(); rows.delete(name); }
-  $("count").textContent = "(" + view.status.jobs.length + (filter ? ", " + shown + " shown" : "") + ")";
+  wanted.push(padRow("bottom", (jobs.length - last) * JOB_ROW));
+  if (wanted.length !== tbody.children.length || wanted.some((tr, i) => tbody.children[i] !== tr)) {
+    tbody.replaceChildren(...wanted);
+  }
+  $("count").textContent = "(" + view.status.jobs.length + (filter ? ", " + jobs.length + " shown" : "") + ")";
   document.querySelectorAll(".act-col").forEach((node) => { node.hidden = !view.token; });
+}
+const pads = {};
+function padRow(where, height) {
+  if (!pads[where]) pads[where] = el("tr", {class: "pad"}, el("td", {colspan: "7"}));
+  pads[where].firstChild.style.height = height + "px";
+  pads[where].hidden = height === 0;
+  return pads[where];
 }
 function makeRow(name) {
   const cells = {};
@@ -195,26 +218,32 @@ function fillRow(row, job) {
     if (why) c.last.append(el("br"), el("span", {class: "muted", text: why}));
   } else if (job.last_status) c.last.append(pill(job.last_status));
   else c.last.textContent = "never ran";
+  // The strip is one element painted with a gradient: 20 elements a row are 20,000 at 1,000 jobs.
+  const words = ((tl && tl.recent) || []).map(([code]) => view.timeline.statuses[code]);
+  const stops = words.map((word, i) => `${COLORS[word] || "#999"} ${i * 8}px ${i * 8 + 7}px, transparent ${i * 8 + 7}px ${i * 8 + 8}px`);
   c.recent.replaceChildren();
-  const strip = el("span", {class: "strip"});
-  for (const [code, runId] of (tl && tl.recent) || []) {
-    const word = view.timeline.statuses[code];
-    strip.append(el("i", {title: word + " " + runId}));
-    strip.lastChild.style.background = COLORS[word] || "#999";
+  if (words.length) {
+    const strip = el("span", {class: "strip", title: "oldest first: " + words.join(", "), "data-outcomes": words.join(" ")});
+    strip.style.width = words.length * 8 + "px";
+    strip.style.background = `linear-gradient(to right, ${stops.join(", ")})`;
+    c.recent.append(strip);
   }
-  c.recent.append(strip);
 }
 
 // --- the timeline: one canvas, one row per job ----------------------------------------------
 const ROW = 18, LABEL = 150;
+// The canvas is the box's height and stays in view; a spacer gives the box the height of every
+// row, and only the rows scrolled into view are drawn (a canvas of 1,000 rows would be 18,000 px).
 function drawTimeline() {
-  const canvas = $("timeline");
+  const canvas = $("timeline"), box = $("timeline-box");
   const data = view.timeline;
   if (!data) return;
   const names = view.status.jobs.map((j) => j.name);
+  const full = names.length * ROW + 20;
+  $("timeline-spacer").style.height = Math.max(0, full - canvas.clientHeight) + "px";
   const width = canvas.clientWidth || 900;
+  const height = Math.min(full, 540);
   const ratio = window.devicePixelRatio || 1;
-  const height = Math.max(40, names.length * ROW + 20);
   canvas.style.height = height + "px";
   canvas.width = Math.round(width * ratio);
   canvas.height = Math.round(height * ratio);
@@ -224,35 +253,40 @@ function drawTimeline() {
   const since = Date.parse(data.since), until = Date.parse(data.until);
   const span = (until - since) / 1000;
   const scale = (width - LABEL - 8) / span;
-  g.fillStyle = "#6b7280";
-  for (let h = 0; h <= 6; h++) {  // time axis
-    const x = LABEL + (span * h / 6) * scale;
-    g.fillRect(x, 0, 1, height);
-    g.fillText(new Date(since + span * h / 6 * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}),
-      Math.min(x + 2, width - 40), height - 4);
-  }
-  names.forEach((name, i) => {
-    const y = i * ROW;
+  const first = Math.floor(box.scrollTop / ROW);
+  for (let i = first; i < Math.min(names.length, first + Math.ceil(height / ROW) + 1); i++) {
+    const y = (i - first) * ROW, name = names[i];
     g.fillStyle = i % 2 ? "#f3f4f6" : "#ffffff";
     g.fillRect(0, y, width, ROW);
     g.fillStyle = "#111";
     g.fillText(name.length > 20 ? name.slice(0, 19) + "…" : name, 4, y + 13);
     const job = data.jobs[name];
-    if (!job) return;
+    if (!job) continue;
     for (const [start, end, code, , late] of job.bars) {
       g.fillStyle = COLORS[data.statuses[code]] || "#999";
       g.fillRect(LABEL + start * scale, y + 3, Math.max(1.5, (end - start) * scale), ROW - 6);
-      if (late) { g.fillStyle = "#b26a00"; g.fillRect(LABEL + start * scale - 1, y, 3, 4); }
+      if (late) { g.fillStyle = "#b26a00"; g.fillRect(LABEL + start * scale - 1, y, 3, 5); }
     }
-    g.fillStyle = "#6b7280";
-    for (const slot of job.ticks) g.fillRect(LABEL + slot * scale, y + ROW - 5, 1.5, 5);
-  });
+    g.fillStyle = "#374151";
+    for (const slot of job.ticks) g.fillRect(LABEL + slot * scale, y + ROW - 6, 1.5, 6);
+  }
+  g.fillStyle = "rgba(255,255,255,0.9)";  // the time axis, over the rows
+  g.fillRect(LABEL, height - 16, width, 16);
+  for (let h = 0; h <= 6; h++) {
+    const x = LABEL + (span * h / 6) * scale;
+    g.fillStyle = "rgba(107,114,128,0.5)";
+    g.fillRect(x, 0, 1, height);
+    g.fillStyle = "#374151";
+    g.fillText(new Date(since + span * h / 6 * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}),
+      Math.min(x + 2, width - 40), height - 4);
+  }
 }
 function timelineTip(event) {
   const data = view.timeline;
   if (!data || !view.status) return;
   const rect = event.target.getBoundingClientRect();
-  const name = (view.status.jobs[Math.floor((event.clientY - rect.top) / ROW)] || {}).name;
+  const first = Math.floor($("timeline-box").scrollTop / ROW);
+  const name = (view.status.jobs[first + Math.floor((event.clientY - rect.top) / ROW)] || {}).name;
   const job = name && data.jobs[name];
   const span = (Date.parse(data.until) - Date.parse(data.since)) / 1000;
   const at = (event.clientX - rect.left - LABEL) / ((rect.width - LABEL - 8) / span);
@@ -350,7 +384,7 @@ async function refreshJobRuns() {
     await getJson("/api/history?n=50&job=" + encodeURIComponent(name))];
   view.jobs.set(name, def);
   view.jobRuns = history.runs;
-  renderJobPage(true);
+  if (!view.loading) renderJobPage(true);
 }
 function renderJobPage(full) {
   const name = view.jobPage;
@@ -437,9 +471,26 @@ function start() {
   }
   $("zoom").addEventListener("change", () => { view.timelineAt = 0; enqueue("timeline", refreshTimeline); });
   $("filter").addEventListener("input", () => view.status && renderJobs());
+  $("jobs-box").addEventListener("scroll", () => view.status && requestAnimationFrame(renderJobs));
   $("timeline").addEventListener("mousemove", timelineTip);
   window.addEventListener("resize", () => view.timeline && drawTimeline());
-  tick();
-  setInterval(tick, 1000);
+  $("timeline-box").addEventListener("scroll", () => view.timeline && requestAnimationFrame(drawTimeline));
+  firstLoad().finally(() => setInterval(tick, 1000));
+}
+async function firstLoad() {
+  // The three reads a first render needs, at once; from then on one request a second.
+  view.loading = true;  // one render once all three are in, not one per answer
+  try {
+    await Promise.all([refreshStatus(), refreshJobs(), view.jobPage ? refreshJobRuns() : refreshTimeline()]);
+    view.queue = view.queue.filter((item) => !["jobs", "timeline", "jobruns"].includes(item.key));
+    view.loading = false;
+    render();
+    if (view.jobPage) renderJobPage(true); else renderAudit();
+    // What bench/dashboard.py times: once the first complete render is laid out and painted.
+    requestAnimationFrame(() => setTimeout(() => performance.mark("cronctl-rendered"), 0));
+  } catch (err) {
+    view.loading = false;
+    $("message").textContent = "cannot reach the loop: " + err.message;
+  }
 }
 start();
