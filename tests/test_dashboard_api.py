@@ -22,8 +22,8 @@ from cronctl.errors import UsageError
 from cronctl.loop.endpoint import MAX_BODY, Endpoint
 from cronctl.ops.status import status, status_json
 from cronctl.ops.webactions import read_token
-from cronctl.ops.webtimeline import Timeline, timeline
 from cronctl.ops.webpage import dashboard_actions, dashboard_handlers
+from cronctl.ops.webtimeline import Timeline, timeline
 from cronctl.store.history import append_record
 from cronctl.timefmt import to_iso
 
@@ -170,6 +170,18 @@ def test_the_timeline_kept_between_polls_merges_only_what_was_appended() -> None
     later = since + timedelta(minutes=30)  # the window moved: built again from its start
     assert kept.build({"a": trimmed}, later, until, 30) == timeline({"a": trimmed}, later, until, 30)
     assert kept.build({}, later, until, 30)["jobs"] == {}
+
+
+def test_slots_skipped_by_overlap_or_missed_are_ticks_from_the_audit() -> None:
+    since = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    rows = [record("a", since + timedelta(minutes=1))]
+    audit = [{"event": "run.skipped", "job": "a", "slot": to_iso(since + timedelta(minutes=2)), "reason": "overlap"},
+             {"event": "run.missed", "job": "b", "slot": to_iso(since + timedelta(minutes=3)), "count": 4},
+             {"event": "run.missed", "job": "b", "slot": to_iso(since - timedelta(minutes=3)), "count": 1},
+             {"event": "run.finished", "job": "a", "slot": to_iso(since + timedelta(minutes=4))}]
+    data = Timeline().build({"a": rows}, since, since + timedelta(hours=1), 10, audit)
+    assert data["jobs"]["a"]["ticks"] == [120.0] and len(data["jobs"]["a"]["bars"]) == 1
+    assert data["jobs"]["b"]["ticks"] == [180.0] and data["jobs"]["b"]["bars"] == []
 
 
 def test_api_audit_filters_since_event_and_job(server: Server) -> None:

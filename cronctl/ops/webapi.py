@@ -99,7 +99,7 @@ class WebApi:
         by_job = self.history_reader.by_job()
         if one(request, "view") == "timeline":
             start = since or now - timedelta(hours=24)
-            return json_reply(self.timeline.build(by_job, start, now, resolution(request)))
+            return json_reply(self.timeline.build(by_job, start, now, resolution(request), self.audit_reader.rows()))
         jobs = names_param(request)
         wanted_status, chain = one(request, "status"), one(request, "chain")
         since_text = to_iso(since) if since else None

@@ -44,7 +44,9 @@ class Timeline:
         self._jobs: dict[str, _JobBars] = {}
 
     def build(self, by_job: dict[str, list[dict[str, Any]]], since: datetime, until: datetime,
-              res: float) -> dict[str, Any]:
+              res: float, audit: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """`audit`: rows whose skipped or missed slots are ticks too (`run.skipped`, `run.missed`:
+        a slot refused by overlap, or coalesced after downtime, has no run record)."""
         base = since.timestamp()
         since_text = to_iso(since) or ""
         for gone in set(self._jobs) - set(by_job):
@@ -60,6 +62,9 @@ class Timeline:
             kept.done, kept.last = len(rows), rows[-1] if rows else None
             recent = [[_CODE.get(str(r.get("status")), 1), r.get("run_id")] for r in rows[-RECENT:]]
             jobs[job] = {"bars": kept.bars, "ticks": kept.ticks, "recent": recent, "last": _last(rows)}
+        for job, slots in _audit_ticks(audit or [], base, since_text).items():
+            entry = jobs.setdefault(job, {"bars": [], "ticks": [], "recent": [], "last": None})
+            entry["ticks"] = sorted({*entry["ticks"], *slots})
         return {"since": to_iso(since), "until": to_iso(until), "res": res, "statuses": STATUSES, "jobs": jobs}
 
 
@@ -67,6 +72,16 @@ def timeline(by_job: dict[str, list[dict[str, Any]]], since: datetime, until: da
              res: float) -> dict[str, Any]:
     """The timeline of `by_job` from nothing kept (tests, one-off reads)."""
     return Timeline().build(by_job, since, until, res)
+
+
+def _audit_ticks(rows: list[dict[str, Any]], base: float, since_text: str) -> dict[str, list[float]]:
+    ticks: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("event") in ("run.skipped", "run.missed") and str(row.get("slot") or "") >= since_text:
+            slot = _seconds(row.get("slot"), base)
+            if slot is not None and row.get("job"):
+                ticks.setdefault(str(row["job"]), []).append(round(slot, 1))
+    return ticks
 
 
 def _still_valid(kept: _JobBars, rows: list[dict[str, Any]], base: float, res: float) -> bool:
