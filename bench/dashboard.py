@@ -16,8 +16,10 @@ writes its slot and its real start to a ledger. Then, with `cronctl run --http`:
   mark), median of LOADS fresh loads once the loop has built the timeline's bars (the
   first page after a loop starts waits for the day's records to be read once: reported
   apart, as `render_first_page_s`);
-* fire lateness of `pulse` for SECONDS with no page open, then SECONDS with the page open
-  and polling; the ratio of the medians and of the 99th percentiles;
+* fire lateness of `pulse` for SECONDS with no page open, SECONDS with a plain client making
+  the page's requests (the loop's own cost of serving a page), then SECONDS with the page
+  open in Chromium (that cost plus the browser's CPU on the same machine); the ratios of
+  the medians and of the 99th percentiles to the closed run;
 * a screenshot of the page (--screenshot).
 
 Needs Debian's chromium and chromium-driver, and selenium (pip install -e '.[test]').
@@ -144,6 +146,23 @@ def render_times(driver: Any, base: str, loads: int, jobs: int) -> list[float]:
     return times
 
 
+def poll_like_a_page(base: str, seconds: float) -> int:
+    """The page's reads without a browser: the status every second, the audit every other
+    second, the timeline every 4 s. Isolates what serving a page costs the loop from what
+    a browser's own CPU costs a small machine."""
+    step = 696.8
+    since = datetime.fromtimestamp((time.time() - 86400) // step * step, UTC).isoformat().replace("+00:00", "Z")
+    requests, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        tick = int(time.monotonic() - started)
+        path = ("/api/history?view=timeline&since=" + since + "&res=69.68" if tick % 4 == 3 else
+                "/api/audit?n=50" if tick % 2 else "/api/status")
+        fetch(base, path)
+        requests += 1
+        time.sleep(max(0.0, started + tick + 1 - time.monotonic()))
+    return requests
+
+
 def lateness(ledger: Path, since: float, until: float) -> list[float]:
     values = []
     for line in ledger.read_text().splitlines():
@@ -206,6 +225,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         closed_from = time.time()
         time.sleep(args.seconds)
         closed = lateness(ledger, closed_from, time.time())
+        polled_from = time.time()
+        poll_like_a_page(base, args.seconds)
+        polled = lateness(ledger, polled_from, time.time())
         driver = start_browser(1400, 1700)
         # The first page after the loop starts builds its window's bars from the day's records
         # (the API's warm-up above used another window): reported apart from the warm loads.
@@ -219,8 +241,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         time.sleep(args.seconds)
         opened = lateness(ledger, open_from, time.time())
         result["lateness_page_closed"], result["lateness_page_open"] = summary(closed), summary(opened)
+        result["lateness_api_polled"] = summary(polled)
         result["lateness_ratio_p50"] = round(pct(opened, 50) / pct(closed, 50), 2)
         result["lateness_ratio_p99"] = round(pct(opened, 99) / pct(closed, 99), 2)
+        result["lateness_ratio_polled_p50"] = round(pct(polled, 50) / pct(closed, 50), 2)
+        result["lateness_ratio_polled_p99"] = round(pct(polled, 99) / pct(closed, 99), 2)
         if args.screenshot is not None:
             args.screenshot.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(args.screenshot))

@@ -9,7 +9,7 @@ const COLORS = {success: "#1a7f37", error: "#c62828", timeout: "#c62828", lost: 
 const $ = (id) => document.getElementById(id);
 const view = {status: null, jobs: new Map(), timeline: null, audit: [], chains: new Map(), token: null,
   queue: [], extraLast: false, busy: false, signature: "", timelineAt: 0, jobsAt: 0, auditSince: null,
-  jobPage: null, jobRunsAt: 0};
+  jobPage: null, jobRunsAt: 0, drawn: [null, 0]};
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -130,7 +130,11 @@ function render() {
   renderLoop();
   if (view.jobPage) { renderJobPage(); return; }
   renderJobs();
-  drawTimeline();
+  const drawn = [view.timeline, view.status.jobs.length];
+  if (drawn[0] !== view.drawn[0] || drawn[1] !== view.drawn[1]) {  // a canvas is redrawn only for new bars
+    view.drawn = drawn;
+    drawTimeline();
+  }
   renderChains();
   renderLoops();
 }
