@@ -286,3 +286,15 @@ def test_a_token_file_must_be_private_and_long_enough(tmp_path: Path) -> None:
         read_token(path)
     with pytest.raises(UsageError, match="cannot read"):
         read_token(tmp_path / "missing")
+
+
+def test_run_refuses_a_bad_token_file_before_starting(home: Path, cli: Any, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    token.chmod(0o644)
+    done = cli("run", "--http", "127.0.0.1:0", "--http-token", str(token))
+    assert done.code == 2 and "chmod 600" in done.err and str(token) in done.err and "Traceback" not in done.err
+    token.chmod(0o600)
+    done = cli("run", "--http-token", str(token))
+    assert done.code == 2 and "--http-token needs --http" in done.err
+    assert not (home / "scheduler.json").exists()  # refused before the loop started
