@@ -151,6 +151,20 @@ def test_a_job_that_starts_failing_shows_failing_without_a_reload(browser: Any, 
     assert colour == "rgb(198, 40, 40)"  # red, beside the word
 
 
+def test_the_timeline_zooms_from_a_day_to_an_hour(browser: Any, demo: Demo) -> None:
+    open_page(browser, demo)
+    wait_until(lambda: browser.execute_script("return view.timeline && view.timeline.res"), 30, interval=0.2)
+    day = browser.execute_script("return view.timeline.res")
+    browser.execute_script("const z = document.getElementById('zoom'); z.value = '3600';"
+                           "z.dispatchEvent(new Event('change'));")
+    hour = wait_until(lambda: browser.execute_script(
+        "return view.timeline.res < arguments[0] / 10 && view.timeline.res", day), 30, interval=0.2)
+    assert abs(day / hour - 24) < 0.5
+    # At an hour a pixel is about 3 s: runs 4 s apart are bars of their own (at a day, one bar).
+    wait_until(lambda: browser.execute_script("return view.timeline.jobs.extract.bars.length >= 2"), 30, 0.3)
+    assert console_errors(browser) == []
+
+
 def test_a_chains_graph_shows_its_skipped_nodes(browser: Any, demo: Demo) -> None:
     open_page(browser, demo)
 
