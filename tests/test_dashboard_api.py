@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from cronctl.context import Context
@@ -23,11 +24,18 @@ from cronctl.loop.endpoint import MAX_BODY, Endpoint
 from cronctl.ops.status import status, status_json
 from cronctl.ops.webactions import read_token
 from cronctl.ops.webpage import dashboard_actions, dashboard_handlers
+from cronctl.ops.webruns import Run, RunIndex
 from cronctl.ops.webtimeline import Timeline, timeline
 from cronctl.store.history import append_record
 from cronctl.timefmt import to_iso
 
 TOKEN = "s3cret-token-of-the-test-0123456789"
+
+
+def index_of(records: list[dict[str, Any]]) -> RunIndex:
+    index = RunIndex()
+    index.add([msgspec.convert(r, Run) for r in records])
+    return index
 
 
 def record(job: str, start: datetime, seconds: float = 1.0, status_word: str = "success",
@@ -123,20 +131,24 @@ def test_api_history_filters_by_job_since_status_and_chain(server: Server, jobs:
 
 
 def test_history_is_read_again_only_for_what_was_appended_or_after_a_trim(server: Server) -> None:
+    def kept() -> int:  # the runs the reader keeps for the timeline and strip
+        jobs = server.json("/api/history?view=timeline&since=1h&res=1")[1]["jobs"]
+        return len(jobs.get("alpha", {}).get("recent", []))
+
     now = datetime.now(timezone.utc)
     append_record(server.ctx.paths, record("alpha", now - timedelta(minutes=3)))
-    assert len(server.json("/api/history?job=alpha")[1]["runs"]) == 1
+    assert kept() == 1
     append_record(server.ctx.paths, record("alpha", now - timedelta(minutes=2)))
-    assert len(server.json("/api/history?job=alpha")[1]["runs"]) == 2
+    assert kept() == 2 and len(server.json("/api/history?job=alpha")[1]["runs"]) == 2
     path = server.ctx.paths.history("alpha")
     with open(path, "ab") as handle:
         handle.write(b'{"job": "alpha", "torn')  # a writer cut short: skipped until its end arrives
-    assert len(server.json("/api/history?job=alpha")[1]["runs"]) == 2
-    kept = path.read_bytes().splitlines(keepends=True)[-2:-1]  # a trim replaces the file
+    assert kept() == 2
+    kept_line = path.read_bytes().splitlines(keepends=True)[-2:-1]  # a trim replaces the file
     tmp = path.with_name("h.tmp")
-    tmp.write_bytes(b"".join(kept))
+    tmp.write_bytes(b"".join(kept_line))
     os.replace(tmp, path)
-    assert len(server.json("/api/history?job=alpha")[1]["runs"]) == 1
+    assert kept() == 1 and len(server.json("/api/history?job=alpha")[1]["runs"]) == 1
 
 
 def test_the_timeline_merges_runs_closer_than_a_pixel_and_keeps_late_starts_and_skips() -> None:
@@ -146,13 +158,13 @@ def test_the_timeline_merges_runs_closer_than_a_pixel_and_keeps_late_starts_and_
     records.append(record("a", since + timedelta(minutes=10), status_word="error"))
     records.append(record("a", since + timedelta(minutes=11), late=True))
     records.append(record("a", since + timedelta(minutes=12), status_word="skipped") | {"started_at": None})
-    data = timeline({"a": records}, since, since + timedelta(hours=1), res=90)
+    data = timeline({"a": index_of(records)}, since, since + timedelta(hours=1), res=90)
     bars = data["jobs"]["a"]["bars"]
     assert [(bar[2], bar[3], bar[4]) for bar in bars] == [(0, 10, 0), (1, 1, 0), (0, 1, 1)]
     assert bars[0][0] == 0 and bars[0][1] == 541.0
     assert data["jobs"]["a"]["ticks"] == [720.0]
     assert len(data["jobs"]["a"]["recent"]) == 14 and data["jobs"]["a"]["last"]["status"] == "skipped"
-    fine = timeline({"a": records}, since, since + timedelta(hours=1), res=1)
+    fine = timeline({"a": index_of(records)}, since, since + timedelta(hours=1), res=1)
     assert len(fine["jobs"]["a"]["bars"]) == 12  # zoomed in: a bar per run
 
 
@@ -161,15 +173,24 @@ def test_the_timeline_kept_between_polls_merges_only_what_was_appended() -> None
     until = since + timedelta(hours=2)
     rows = [record("a", since + timedelta(minutes=m), status_word="error" if 20 <= m < 25 else "success")
             for m in range(60)]
-    kept = Timeline()
-    kept.build({"a": rows}, since, until, 30)
-    rows.extend(record("a", since + timedelta(minutes=m)) for m in range(60, 90))
-    assert kept.build({"a": rows}, since, until, 30) == timeline({"a": rows}, since, until, 30)
-    trimmed = rows[-40:]  # a trim: a new list, built again
+    kept, index = Timeline(), index_of(rows)
+    kept.build({"a": index}, since, until, 30)
+    more = [record("a", since + timedelta(minutes=m)) for m in range(60, 90)]
+    index.add([msgspec.convert(r, Run) for r in more])
+    assert kept.build({"a": index}, since, until, 30) == timeline({"a": index_of(rows + more)}, since, until, 30)
+    trimmed = index_of((rows + more)[-40:])  # a trim: a new index, built again
     assert kept.build({"a": trimmed}, since, until, 30) == timeline({"a": trimmed}, since, until, 30)
     later = since + timedelta(minutes=30)  # the window moved: built again from its start
     assert kept.build({"a": trimmed}, later, until, 30) == timeline({"a": trimmed}, later, until, 30)
     assert kept.build({}, later, until, 30)["jobs"] == {}
+
+
+def test_a_run_that_ended_before_the_last_kept_is_put_in_its_place() -> None:
+    since = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    rows = [record("a", since + timedelta(minutes=m)) for m in (1, 3, 2)]
+    index = index_of(rows)
+    assert list(index.ends) == sorted(index.ends) and index.version == 1
+    assert [run.run_id for run in index.recent] == [rows[0]["run_id"], rows[2]["run_id"], rows[1]["run_id"]]
 
 
 def test_slots_skipped_by_overlap_or_missed_are_ticks_from_the_audit() -> None:
@@ -179,7 +200,7 @@ def test_slots_skipped_by_overlap_or_missed_are_ticks_from_the_audit() -> None:
              {"event": "run.missed", "job": "b", "slot": to_iso(since + timedelta(minutes=3)), "count": 4},
              {"event": "run.missed", "job": "b", "slot": to_iso(since - timedelta(minutes=3)), "count": 1},
              {"event": "run.finished", "job": "a", "slot": to_iso(since + timedelta(minutes=4))}]
-    data = Timeline().build({"a": rows}, since, since + timedelta(hours=1), 10, audit)
+    data = Timeline().build({"a": index_of(rows)}, since, since + timedelta(hours=1), 10, audit)
     assert data["jobs"]["a"]["ticks"] == [120.0] and len(data["jobs"]["a"]["bars"]) == 1
     assert data["jobs"]["b"]["ticks"] == [180.0] and data["jobs"]["b"]["bars"] == []
 

@@ -12,6 +12,7 @@ thread's), so a page can never make the loop wait; a bad parameter is a 400 nami
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from cronctl.loop.endpoint import Handler, Reply, Request
 from cronctl.models import command_text
 from cronctl.ops.status import status, status_json
 from cronctl.ops.webreads import AuditReader, HistoryReader
+from cronctl.ops.webruns import CODE, RunIndex
 from cronctl.ops.webtimeline import Timeline
 from cronctl.schedule.slots import fire_at
 from cronctl.store.audit import filter_rows
@@ -100,15 +102,19 @@ class WebApi:
         if one(request, "view") == "timeline":
             start = since or now - timedelta(hours=24)
             return json_reply(self.timeline.build(by_job, start, now, resolution(request), self.audit_reader.rows()))
-        jobs = names_param(request)
+        count = count_param(request, 100)
         wanted_status, chain = one(request, "status"), one(request, "chain")
+        names = names_param(request)
+        if names is None and chain is None:  # only the jobs that hold the newest `count` runs are read
+            names = newest_jobs(by_job, since.timestamp() if since else None, wanted_status, count)
         since_text = to_iso(since) if since else None
-        runs = [record for job, records in by_job.items() if jobs is None or job in jobs for record in records
+        runs = [record for job in sorted(names if names is not None else by_job)
+                for record in self.history_reader.records(job)
                 if (since_text is None or str(record.get("ended_at") or "") >= since_text)
                 and (wanted_status is None or record.get("status") == wanted_status)
                 and (chain is None or record.get("chain") == chain)]
         runs.sort(key=lambda r: (r.get("ended_at") or "", r.get("run_id") or ""))
-        return json_reply({"runs": runs[-count_param(request, 100):]})
+        return json_reply({"runs": runs[-count:]})
 
     def log(self, request: Request) -> Reply:
         """/api/logs/NAME/RUN_ID: the run's output as plain text (its last LOG_SHOWN bytes)."""
@@ -132,6 +138,22 @@ class WebApi:
         rows = filter_rows(iter(self.audit_reader.rows()), job=one(request, "job"), event=one(request, "event"),
                            since=since, limit=count_param(request, 50))
         return json_reply({"rows": rows})
+
+
+def newest_jobs(by_job: dict[str, RunIndex], since: float | None, status: str | None, count: int) -> set[str]:
+    """The jobs among whose runs are the newest `count` ending after `since` with `status`."""
+    code = None if status is None else CODE.get(status, -1)
+    newest: list[tuple[float, str]] = []
+    for job, index in by_job.items():
+        found = 0
+        for position in range(len(index) - 1, -1, -1):
+            end = index.ends[position]
+            if since is not None and end < since or found == count:
+                break
+            if code is None or index.codes[position] == code:
+                newest.append((end, job))
+                found += 1
+    return {job for _, job in heapq.nlargest(count, newest)}
 
 
 def job_definition(view: JobView, with_state: bool = True) -> dict[str, Any]:

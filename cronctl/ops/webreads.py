@@ -7,7 +7,9 @@ replaces the file, is a new inode: parsed again); the audit log's current file i
 the same way, keeping its last AUDIT_KEPT rows. On PostgreSQL the rows come from the
 database, at most once per PG_REFRESH seconds whoever asks.
 
-These readers run on the HTTP endpoint's thread only: no lock, no sharing.
+Runs are kept compact (ops/webruns.py), not as the records' dicts: a day of 1,000
+1-minute jobs would otherwise hold about 1.5 GB in the loop. These readers run on the
+HTTP endpoint's thread only: no lock, no sharing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import msgspec
 
 from cronctl.context import Context
+from cronctl.ops.webruns import Run, RunIndex, decode_runs
 
 AUDIT_KEPT = 5000
 PG_REFRESH = 1.0
@@ -76,16 +79,25 @@ def _decode_lines(data: bytes) -> list[dict[str, Any]]:
     return kept
 
 
+@dataclass
+class _JobFile:
+    """One job's history file read incrementally into its RunIndex."""
+
+    inode: int = -1
+    offset: int = 0
+    index: RunIndex = field(default_factory=RunIndex)
+
+
 class HistoryReader:
-    """Every job's run records, oldest first per job, as `cronctl history` reads them."""
+    """Every job's runs, compact (ops/webruns.py), kept up to date from what was appended."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._files: dict[str, _Tail] = {}
-        self._pg_rows: list[dict[str, Any]] = []
+        self._files: dict[str, _JobFile] = {}
+        self._pg: dict[str, RunIndex] = {}
         self._pg_read_at = float("-inf")
 
-    def by_job(self) -> dict[str, list[dict[str, Any]]]:
+    def by_job(self) -> dict[str, RunIndex]:
         if self.ctx.on_postgres:
             return self._pg_by_job()
         runs_dir = self.ctx.paths.runs_dir
@@ -93,19 +105,42 @@ class HistoryReader:
         for gone in set(self._files) - set(names):
             del self._files[gone]
         for name in names:
-            tail = self._files.setdefault(name, _Tail())
-            if _read_new_rows(self.ctx.paths.history(name), tail):
-                tail.rows.sort(key=lambda r: (r.get("ended_at") or "", r.get("run_id") or ""))
-        return {name: tail.rows for name, tail in self._files.items() if tail.rows}
+            _read_new_runs(self.ctx.paths.history(name), self._files.setdefault(name, _JobFile()))
+        return {name: kept.index for name, kept in self._files.items() if len(kept.index)}
 
-    def _pg_by_job(self) -> dict[str, list[dict[str, Any]]]:
+    def _pg_by_job(self) -> dict[str, RunIndex]:
         if time.monotonic() - self._pg_read_at >= PG_REFRESH:
-            self._pg_rows = self.ctx.leases.history(None)
+            jobs: dict[str, list[Run]] = {}
+            for record in self.ctx.leases.history(None):
+                jobs.setdefault(str(record.get("job")), []).append(msgspec.convert(record, Run, strict=False))
+            self._pg = {}
+            for job, runs in jobs.items():
+                self._pg[job] = RunIndex()
+                self._pg[job].add(runs)
             self._pg_read_at = time.monotonic()
-        jobs: dict[str, list[dict[str, Any]]] = {}
-        for record in self._pg_rows:
-            jobs.setdefault(str(record.get("job")), []).append(record)
-        return jobs
+        return self._pg
+
+    def records(self, job: str) -> list[dict[str, Any]]:
+        """A job's full records, oldest first, read from the store (as `cronctl history NAME`)."""
+        return self.ctx.leases.history(job)
+
+
+def _read_new_runs(path: Path, kept: _JobFile) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        kept.inode, kept.offset, kept.index = -1, 0, RunIndex()
+        return
+    if st.st_ino != kept.inode or st.st_size < kept.offset:  # replaced (a trim) or truncated
+        kept.inode, kept.offset, kept.index = st.st_ino, 0, RunIndex()
+    if st.st_size == kept.offset:
+        return
+    with open(path, "rb") as handle:
+        handle.seek(kept.offset)
+        data = handle.read(st.st_size - kept.offset)
+    complete = data[: data.rfind(b"\n") + 1]  # a torn last line waits for its end
+    kept.offset += len(complete)
+    kept.index.add(decode_runs(complete))
 
 
 class AuditReader:
