@@ -20,6 +20,7 @@ writes its slot and its real start to a ledger. Then, with `cronctl run --http`:
   the page's requests (the loop's own cost of serving a page), then SECONDS with the page
   open in Chromium (that cost plus the browser's CPU on the same machine); the ratios of
   the medians and of the 99th percentiles to the closed run;
+* the loop's resident memory after all that;
 * a screenshot of the page (--screenshot).
 
 Needs Debian's chromium and chromium-driver, and selenium (pip install -e '.[test]').
@@ -163,6 +164,13 @@ def poll_like_a_page(base: str, seconds: float) -> int:
     return requests
 
 
+def loop_rss_mb(pid: int) -> float:
+    """The loop's resident memory once it has served the page (its children are not counted)."""
+    import psutil
+
+    return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+
+
 def lateness(ledger: Path, since: float, until: float) -> list[float]:
     values = []
     for line in ledger.read_text().splitlines():
@@ -242,6 +250,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         opened = lateness(ledger, open_from, time.time())
         result["lateness_page_closed"], result["lateness_page_open"] = summary(closed), summary(opened)
         result["lateness_api_polled"] = summary(polled)
+        result["loop_rss_mb"] = loop_rss_mb(loop.pid)
         result["lateness_ratio_p50"] = round(pct(opened, 50) / pct(closed, 50), 2)
         result["lateness_ratio_p99"] = round(pct(opened, 99) / pct(closed, 99), 2)
         result["lateness_ratio_polled_p50"] = round(pct(polled, 50) / pct(closed, 50), 2)
