@@ -140,3 +140,48 @@ def test_a_thousand_connections_cannot_exhaust_it(server: Endpoint, monkeypatch:
     finally:
         for sock in flood:
             sock.close()
+
+
+def test_a_slow_action_never_holds_the_readers() -> None:
+    """A POST runs on the action worker: a kill waiting out kill_grace leaves every GET answered."""
+    import threading
+
+    from cronctl.loop.endpoint import Request
+
+    release = threading.Event()
+
+    def slow_action(request: Request) -> Reply:
+        release.wait(30)
+        return Reply(200, b'{"done": true}\n')
+
+    served = Endpoint("127.0.0.1", 0, {"/ping": lambda: Reply(200, b"{}\n")}, actions=slow_action)
+    served.start()
+    try:
+        host, port = served.address
+        answer: list[int] = []
+
+        def post() -> None:
+            request = urllib.request.Request(f"http://{host}:{port}/act", data=b"", method="POST")
+            with urllib.request.urlopen(request, timeout=30) as response:
+                answer.append(response.status)
+
+        poster = threading.Thread(target=post)
+        poster.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert get(served, "/ping")[0] == 200 and time.monotonic() - started < 5
+        assert answer == []  # still waiting for its verb
+        release.set()
+        poster.join(30)
+        assert answer == [200]
+    finally:
+        release.set()
+        served.stop()
+
+
+def test_without_an_action_handler_a_post_is_still_refused(server: Endpoint) -> None:
+    host, port = server.address
+    request = urllib.request.Request(f"http://{host}:{port}/ping", data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 405

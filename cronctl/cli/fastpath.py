@@ -94,7 +94,8 @@ COMMANDS: dict[str, Command] = {
                                    "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
                                    "--http-allow-remote": Opt("http_allow_remote", FLAG),
                                    "--echo-output": Opt("echo_output", FLAG),
-                                   "--forget-after": Opt("forget_after", TEXT)}),
+                                   "--forget-after": Opt("forget_after", TEXT),
+                                   "--http-token": Opt("http_token", TEXT)}),
     "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
                          ("name",), required=1),
 }

@@ -15,25 +15,30 @@ from typing import Any
 
 from cronctl.cli import render
 from cronctl.cli.session import open_context, open_store_context
+from cronctl.errors import UsageError
 
 
 def run(file: str | Path | None = None, once: bool = False, standby: bool = False, max_parallel: int | None = None,
         takeover_after: str = "60s", lease: str = "60s", metrics_file: str | Path | None = None, quiet: bool = False,
         http: str | None = None, http_allow_remote: bool = False, echo_output: bool = False,
-        forget_after: str = "15m") -> int:
+        forget_after: str = "15m", http_token: str | Path | None = None) -> int:
     """The foreground loop; its exit code."""
     from cronctl.durations import parse_duration
     from cronctl.loop.endpoint import parse_listen
     from cronctl.loop.scheduler import LoopOptions
     from cronctl.ops.runs import run_loop
+    from cronctl.ops.webactions import read_token
 
+    if http_token and not http:
+        raise UsageError("--http-token needs --http ADDR:PORT (the token guards the dashboard's actions)")
     options = LoopOptions(file=Path(file).absolute() if file else None, once=once, standby=standby,
                           max_parallel=max_parallel,
                           takeover_after=parse_duration(takeover_after, field="--takeover-after"),
                           lease=parse_duration(lease, field="--lease"),
                           metrics_file=Path(metrics_file).absolute() if metrics_file else None, quiet=quiet,
                           http=parse_listen(http, http_allow_remote) if http else None,
-                          forget_after=parse_duration(forget_after, field="--forget-after"))
+                          forget_after=parse_duration(forget_after, field="--forget-after"),
+                          http_token=read_token(http_token) if http_token else None)
     ctx = open_context()
     if not quiet:
         ctx.audit.listeners.append(_echo_decision)
@@ -41,13 +46,16 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
         store_rows = getattr(ctx.leases, "listeners", None)
         if isinstance(store_rows, list):
             store_rows.append(_echo_decision)
+    from cronctl.ops.webpage import dashboard_hooks
+
+    dashboard = dashboard_hooks(ctx, options.http_token) if options.http else None
     if not echo_output:
-        return run_loop(ctx, options)
+        return run_loop(ctx, options, dashboard=dashboard)
     from cronctl.proc.echo import EchoSink
 
     echo = EchoSink(sys.stdout.buffer)  # job output on stdout, the loop's own lines on stderr
     try:
-        return run_loop(ctx, options, echo)
+        return run_loop(ctx, options, echo, dashboard)
     finally:
         echo.close()
 

@@ -65,21 +65,25 @@ def run(
                                                          "(node_exporter) up to date.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no line per run (the audit log "
                                         "still has every decision).")] = False,
-    http: Annotated[Optional[str], typer.Option("--http", metavar="ADDR:PORT", help="Serve /metrics, /healthz "
-                                                "and /livez here (loopback unless --http-allow-remote).")] = None,
+    http: Annotated[Optional[str], typer.Option("--http", metavar="ADDR:PORT", help="Serve the dashboard, "
+                                                "/metrics, /healthz and /livez here (loopback unless "
+                                                "--http-allow-remote).")] = None,
     http_allow_remote: Annotated[bool, typer.Option("--http-allow-remote", help="Let --http listen on a "
                                                     "non-loopback address.")] = False,
     echo_output: Annotated[bool, typer.Option("--echo-output", help="Copy every line jobs print to stdout "
                                               "as 'JOB RUN | line' (containers, journalctl).")] = False,
     forget_after: Annotated[str, typer.Option("--forget-after", help="PostgreSQL store: forget a loop silent this "
                                               "long once its runs are all reclaimed.")] = "15m",
+    http_token: Annotated[Optional[Path], typer.Option("--http-token", metavar="FILE", help="Turn on the "
+                                                       "dashboard's actions, for requests bearing the token "
+                                                       "in FILE.")] = None,
 ) -> None:
     """The foreground loop: fires due jobs until SIGTERM/SIGINT.
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
     finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
-                       http_allow_remote, echo_output, forget_after=forget_after))
+                       http_allow_remote, echo_output, forget_after=forget_after, http_token=http_token))
 
 
 @app.command()

@@ -32,7 +32,7 @@ from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
-from cronctl.loop.endpoint import Endpoint, Reply, Route
+from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
@@ -72,6 +72,7 @@ class LoopOptions:
     quiet: bool = False
     metrics_file: Path | None = None
     http: tuple[str, int] | None = None  # --http, already checked (loopback unless allowed)
+    http_token: str | None = None  # --http-token's secret: the dashboard's actions are on
     live_after: float = HEARTBEAT_STALE_AFTER  # /livez fails when the last tick is older than this
     forget_after: float = 900.0  # on PostgreSQL: a loop silent this long, its runs all reclaimed, is forgotten
 
@@ -99,6 +100,9 @@ class LoopHooks:
     apply_file: Callable[[Context, str], FileApplied] | None = None
     after_tick: Callable[[Context], None] | None = None
     http_routes: Callable[[], dict[str, Route]] | None = None
+    # The dashboard (SPEC §14): its pages and API by path or prefix, and the POST actions.
+    http_handlers: Callable[[], dict[str, Handler]] | None = None
+    http_actions: Callable[[], Handler] | None = None
 
 
 @dataclass
@@ -601,10 +605,12 @@ class Scheduler:
         routes: dict[str, Route] = {"/livez": self._livez}
         if self.hooks.http_routes is not None:
             routes.update(self.hooks.http_routes())
-        self.endpoint = Endpoint(*self.options.http, routes)
+        handlers = self.hooks.http_handlers() if self.hooks.http_handlers is not None else {}
+        actions = self.hooks.http_actions() if self.hooks.http_actions is not None else None
+        self.endpoint = Endpoint(*self.options.http, routes, handlers, actions)
         self.endpoint.start()
         host, port = self.endpoint.address
-        self._say(f"cronctl: serving {', '.join(sorted(routes))} on http://{host}:{port}")
+        self._say(f"cronctl: serving {', '.join(sorted({*routes, *handlers}))} on http://{host}:{port}")
 
     # --- the watched file ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +21,13 @@ from cronctl.store.claims import Outcome, Owner
 from cronctl.store.leases import RunClaim
 
 if TYPE_CHECKING:
+    from cronctl.loop.endpoint import Handler
     from cronctl.loop.heal import Liveness
     from cronctl.loop.scheduler import LoopOptions
     from cronctl.proc.echo import EchoSink
+
+    # The dashboard's pages and API, and its POST actions (ops.webpage.dashboard_hooks).
+    DashboardHooks = tuple[Callable[[], dict[str, Handler]], Callable[[], Handler]]
 
 # --- history and logs ---------------------------------------------------------------
 
@@ -314,8 +319,11 @@ def _kill_here(ctx: Context, claim: RunClaim) -> bool:
     return ctx.leases.end_unsupervised(claim.job, claim.run_id, outcome, ctx.clock.now(), ended)
 
 
-def run_loop(ctx: Context, options: LoopOptions, echo: EchoSink | None = None) -> int:
-    """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks."""
+def run_loop(ctx: Context, options: LoopOptions, echo: EchoSink | None = None,
+             dashboard: DashboardHooks | None = None) -> int:
+    """`cronctl run`: the loop, with the watched file and the metrics textfile as its hooks, and
+    `dashboard` (ops.webpage.dashboard_hooks: its pages, its actions) on the --http endpoint;
+    `echo` (`run --echo-output`) gets a copy of every run's output (proc/echo.py)."""
     # Imported here: the loop's modules are needed by `run` alone, not by history or logs.
     from cronctl.loop.scheduler import FileApplied, LoopHooks, Scheduler
     from cronctl.ops.definitions import apply_file
@@ -329,12 +337,12 @@ def run_loop(ctx: Context, options: LoopOptions, echo: EchoSink | None = None) -
 
     metrics = MetricsFile(options.metrics_file)
     from cronctl.ops.probes import probe_routes
-
     hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
-                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url))
+                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url),
+                      http_handlers=dashboard[0] if dashboard else None,
+                      http_actions=dashboard[1] if dashboard else None)
     if echo is None:
         return Scheduler(ctx, options, hooks=hooks).run()
-    # `run --echo-output`: every run's output is also copied to `echo` (proc/echo.py).
     import functools
 
     from cronctl.proc.supervisor import Supervisor

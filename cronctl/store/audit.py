@@ -31,6 +31,8 @@ class AuditLog:
     clock: Any = None
     # Called with every row written (the foreground loop echoes decisions to its terminal).
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    # Fields every row of this writer carries (the dashboard's actions: by=http and the client).
+    tags: dict[str, Any] = field(default_factory=dict)
 
     def append(self, event: str, **details: Any) -> dict[str, Any]:
         """Write one row with a single O_APPEND write so concurrent writers never interleave.
@@ -64,6 +66,7 @@ class AuditLog:
     def _row(self, event: str, details: dict[str, Any]) -> dict[str, Any]:
         row: dict[str, Any] = {"ts": details.pop("ts", None) or now_ms_iso(self.clock), "event": str(event)}
         row.update({k: v for k, v in details.items() if v is not None})
+        row.update(self.tags)
         return row
 
     def _write(self, data: bytes) -> None:
