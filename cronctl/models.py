@@ -102,6 +102,10 @@ class AuditEvent(StrEnum):
     CHAIN_FINISHED = "chain.finished"
     CLUSTER_CLOCK_SKEW = "cluster.clock_skew"
     CLUSTER_STORE_OUTAGE = "cluster.store_outage"
+    # Notifications (SPEC §12): every delivery try, and the end of trying.
+    NOTIFY_SENT = "notify.sent"
+    NOTIFY_FAILED = "notify.failed"
+    NOTIFY_ABANDONED = "notify.abandoned"
 
 
 # Fields whose YAML/store value is a duration string; in memory they are seconds.
@@ -139,6 +143,9 @@ class JobSpec:
     source: str | None = None  # absolute path of the YAML file that defined it; None = added by hand
     after: tuple[str, ...] = ()  # upstream jobs: set, it runs in their chains instead of on a schedule
     requires: Requires = Requires.SUCCESS
+    # --- alerting (SPEC §12): written to the store only when set, so older stores keep their bytes
+    alert_after: int = 1  # failed runs in a row that make the job stale
+    notify: tuple[dict[str, Any], ...] | None = None  # None: no notification; () turned off by `notify: []`
 
     @property
     def schedule_text(self) -> str:
@@ -165,6 +172,8 @@ class JobSpec:
             value = values[name]
             if kind == "chain" and not keep_chain:
                 continue  # a job outside any chain keeps the store bytes it always had
+            if kind == "alert" and value == _SPEC_DEFAULTS[name]:
+                continue  # likewise a job without alerting fields
             if value is None:
                 pass
             elif kind == "duration":
@@ -174,7 +183,7 @@ class JobSpec:
             elif isinstance(value, Enum):
                 value = value.value
             elif isinstance(value, tuple):
-                value = list(value)
+                value = [dict(item) if isinstance(item, dict) else item for item in value]
             elif isinstance(value, dict):
                 value = dict(value)
             out[name] = value
@@ -195,7 +204,7 @@ class JobSpec:
         for key, kind in _ENUM_FIELDS:
             if key in kwargs:
                 kwargs[key] = _stored_enum(kind, kwargs[key])
-        for key in ("command", "on_failure", "after"):
+        for key in ("command", "on_failure", "after", "notify"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         if cls is not JobSpec or not _SPEC_REQUIRED <= kwargs.keys():
@@ -232,6 +241,7 @@ def _stored_enum(kind: type[Enum], value: Any) -> Any:
 
 
 CHAIN_FIELDS = ("after", "requires")
+ALERT_FIELDS = ("alert_after", "notify")
 
 # from_dict runs once per job on every read command: fields() per call was a fifth of it.
 _ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
@@ -240,7 +250,8 @@ _SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
 # How to_dict writes each field: a duration's spelling, an instant, a chain field (left out
 # of a job outside any chain), or as it is (enums by value, tuples as lists, dicts copied).
 _TO_DICT_PLAN = tuple((name, "duration" if name in DURATION_FIELDS else "at" if name == "at"
-                       else "chain" if name in CHAIN_FIELDS else "plain") for name in _SPEC_FIELD_ORDER)
+                       else "chain" if name in CHAIN_FIELDS else "alert" if name in ALERT_FIELDS
+                       else "plain") for name in _SPEC_FIELD_ORDER)
 _SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
 _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
 # The defaults of the fields that have one; a factory (env's) is called per spec.

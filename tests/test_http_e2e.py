@@ -86,7 +86,8 @@ def test_metrics_are_the_text_of_cronctl_metrics(home: Path, loop: Loop) -> None
 
 
 def test_healthz_flips_to_503_with_the_stale_job_and_back(home: Path, loop: Loop) -> None:
-    assert get_json(loop.port, "/healthz") == (200, {"ok": True, "loop": "ok", "jobs": 0})
+    code, body = get_json(loop.port, "/healthz")
+    assert (code, body["ok"], body["loop"]["state"], body["jobs"], body["stale"]) == (200, True, "ok", 0, [])
     # With --max-parallel 1, a forced long run keeps `victim` from starting: it goes late.
     assert cli(home, "add", "hog", "--every", "1h", "--", "sleep", "300").returncode == 0
     assert cli(home, "force-run", "hog").returncode == 0

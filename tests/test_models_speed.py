@@ -62,7 +62,7 @@ def _to_dict_before(spec: JobSpec) -> dict[str, Any]:
     """JobSpec.to_dict as it was written before it was made faster: the reference."""
     from enum import Enum
 
-    from cronctl.models import CHAIN_FIELDS, DURATION_FIELDS
+    from cronctl.models import ALERT_FIELDS, CHAIN_FIELDS, DURATION_FIELDS
     from cronctl.timefmt import to_iso
 
     out: dict[str, Any] = {}
@@ -70,6 +70,8 @@ def _to_dict_before(spec: JobSpec) -> dict[str, Any]:
         value = getattr(spec, f.name)
         if f.name in CHAIN_FIELDS and not spec.after:
             continue
+        if f.name in ALERT_FIELDS and value == f.default:
+            continue  # alerting fields (SPEC §12) are written only when set
         if f.name in DURATION_FIELDS and value is not None:
             value = format_duration(value)
         elif f.name == "at":

@@ -61,6 +61,7 @@ _JOB_OPTIONS = {
     "--retry-delay": Opt("retry_delay", TEXT), "--repeat": Opt("repeat", INT), "--jitter": Opt("jitter", TEXT),
     "--grace": Opt("grace", TEXT), "--on-failure": Opt("on_failure", TEXT), "--paused": Opt("paused", FLAG),
     "--not-paused": Opt("paused", OFF), "--after": Opt("after", TEXTS), "--requires": Opt("requires", TEXT),
+    "--alert-after": Opt("alert_after", INT), "--notify": Opt("notify", TEXTS), "--notify-on": Opt("notify_on", TEXT),
     **_JSON,
 }
 

@@ -44,7 +44,8 @@ def edit(name: str, command: list[str] | None = None, unset: list[str] | None = 
 # The job options of add and edit, in the order their problems are reported.
 JOB_OPTIONS = ("cron", "every", "at", "timezone", "cwd", "env", "timeout", "kill_grace", "overlap", "catchup",
                "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure", "paused",
-               "command", "after", "requires")
+               "command", "after", "requires",
+               "alert_after", "notify", "notify_on")
 
 
 def collect_options(given: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +60,15 @@ def collect_options(given: dict[str, Any]) -> dict[str, Any]:
             continue
         if key == "env":
             options["env"] = _parse_env_pairs(value)
+        elif key in ("notify", "notify_on"):
+            continue  # one field of the two options, below
         else:
             options[key] = list(value) if isinstance(value, tuple) else value
+    from cronctl.cli.notifyopts import notify_field
+
+    notify = notify_field(given.get("notify"), given.get("notify_on"))
+    if notify is not None:
+        options["notify"] = notify
     return options
 
 

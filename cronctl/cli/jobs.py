@@ -17,6 +17,7 @@ import typer
 
 from cronctl.cli import jobcmds, render
 from cronctl.cli.app import (
+    AlertAfterOpt,
     AtOpt,
     CatchupOpt,
     CommandArg,
@@ -29,6 +30,8 @@ from cronctl.cli.app import (
     GraceOpt,
     JitterOpt,
     JsonOpt,
+    NotifyOnOpt,
+    NotifyOpt,
     OnFailureOpt,
     OverlapOpt,
     PausedOpt,
@@ -56,6 +59,7 @@ def add(
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
     after: AfterOpt = None, requires: RequiresOpt = None,
+    alert_after: AlertAfterOpt = None, notify: NotifyOpt = None, notify_on: NotifyOnOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
@@ -66,7 +70,8 @@ def add(
                 cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
                 kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                 retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-                on_failure=on_failure, paused=paused, after=after, requires=requires)
+                on_failure=on_failure, paused=paused, after=after, requires=requires,
+                alert_after=alert_after, notify=notify, notify_on=notify_on)
 
 
 @app.command()
@@ -79,6 +84,7 @@ def edit(
     retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
     jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
     after: AfterOpt = None, requires: RequiresOpt = None,
+    alert_after: AlertAfterOpt = None, notify: NotifyOpt = None, notify_on: NotifyOnOpt = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
     json_out: JsonOpt = False,
@@ -91,7 +97,8 @@ def edit(
                  cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
                  kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                  retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-                 on_failure=on_failure, paused=paused, after=after, requires=requires)
+                 on_failure=on_failure, paused=paused, after=after, requires=requires,
+                alert_after=alert_after, notify=notify, notify_on=notify_on)
 
 
 @app.command()

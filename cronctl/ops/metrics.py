@@ -21,7 +21,7 @@ from cronctl.store.claims import LATENESS_BUCKETS
 from cronctl.timefmt import from_iso
 
 LOOP_STATES = ("ok", "stopped", "dead", "wedged", "cannot_write")
-JOB_STATES = ("ok", "running", "paused", "failing", "late", "wedged", "completed")
+JOB_STATES = ("ok", "due", "running", "paused", "failing", "late", "wedged", "completed", "waiting")
 
 
 def metrics_for(ctx: Any) -> bytes:

@@ -35,10 +35,17 @@ def probe_routes(paths: Paths, clock: Clock, store_url: StoreUrl | None = None) 
 
 
 def healthz(report: StatusReport) -> Reply:
-    """200 while the loop is ok and nothing is stale, else 503 with the stale jobs and the loop."""
+    """200 while the loop is ok and nothing is stale, else 503.
+
+    One shape whatever the state: `ok`, `loop` (always the loop's object, as `status --json`
+    has it), `jobs` (how many) and `stale` (the stale jobs as `status --stale --json` lists
+    them; [] when ok).
+    """
+    body = healthz_body(report)
+    return Reply(200 if body["ok"] else 503, (json.dumps(body) + "\n").encode())
+
+
+def healthz_body(report: StatusReport) -> dict[str, Any]:
     healthy = report.loop.state == "ok" and not report.stale
-    body: dict[str, Any] = {"ok": healthy, "loop": report.loop.state, "jobs": len(report.jobs)}
-    if not healthy:
-        body["loop"] = report.loop.to_dict()
-        body["stale"] = status_json(report, only_stale=True)["jobs"]
-    return Reply(200 if healthy else 503, (json.dumps(body) + "\n").encode())
+    return {"ok": healthy, "loop": report.loop.to_dict(), "jobs": len(report.jobs),
+            "stale": status_json(report, only_stale=True)["jobs"]}
