@@ -80,6 +80,7 @@ class _Scope:
     env: dict[str, str] = field(default_factory=dict)
     zone_error: int | None = None  # line of an unusable CRON_TZ/TZ; its jobs are skipped
     shell: str = "/bin/sh"
+    mailto: str | None = None  # MAILTO: the jobs below mail their output (an `email` notification)
 
 
 def import_crontab(text: str, source: str, *, user_field: bool = False, prefix: str = "",
@@ -183,6 +184,9 @@ def _unquote(value: str) -> str:
 
 
 def _apply_env(number: int, line: str, name: str, value: str, scope: _Scope, result: ImportResult) -> None:
+    if name == "MAILTO":
+        _set_mailto(number, value, scope, result)
+        return
     if name in MAIL_VARS:
         result.notes.append(Note(number, f"{name}={value}: not translated: cronctl mails nothing; each run's output "
                                  "is kept in its run log (`cronctl logs`), and `on_failure` can notify"))
@@ -341,7 +345,24 @@ def _entry(schedule: str, command: str | list[str], scope: _Scope, name: str, de
         entry["timezone"] = scope.zone
     if scope.env:
         entry["env"] = dict(scope.env)
+    if scope.mailto:
+        entry["notify"] = [{"email": address, "on": ["output"]} for address in _addresses(scope.mailto)]
     return entry
+
+
+def _set_mailto(number: int, value: str, scope: _Scope, result: ImportResult) -> None:
+    """cron mails a run's output to MAILTO: the same as an `email` notification on `output`
+    (SPEC §12), sent through $CRONCTL_SMTP or sendmail. MAILTO="" mails nobody."""
+    value = value.strip().strip("\"'")
+    scope.mailto = value or None
+    if value:
+        result.notes.append(Note(number, f"MAILTO={value}: the jobs below mail their output to "
+                                 f"{', '.join(_addresses(value))} (notify: email on output); the loop sends "
+                                 "through $CRONCTL_SMTP, or sendmail"))
+
+
+def _addresses(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 # --- names ---------------------------------------------------------------------------
