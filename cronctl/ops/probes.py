@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.loop.endpoint import Reply, Route
+from cronctl.ops.job_metrics import CONTENT_TYPE
 from cronctl.ops.metrics import metrics_for
 from cronctl.ops.status import StatusReport, status, status_json
 from cronctl.paths import Paths
@@ -24,12 +25,9 @@ if TYPE_CHECKING:
 
 def probe_routes(paths: Paths, clock: Clock, store_url: StoreUrl | None = None) -> dict[str, Route]:
     """On the loop's store: the JSON home, or (`store_url`) PostgreSQL, where /healthz judges every loop."""
-    # The content type that goes with the text generate_latest() writes.
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     ctx = Context.open(paths.home, clock=clock, store_url=store_url)
     return {
-        "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE_LATEST),
+        "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE),
         "/healthz": lambda: healthz(status(ctx)),
     }
 

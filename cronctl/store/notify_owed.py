@@ -273,6 +273,7 @@ def settle(doc: dict[str, Any], results: list[Result], now: datetime, policy: Re
             continue  # the job was removed meanwhile, or another loop settled it
         item["attempts"] = int(item.get("attempts") or 0) + 1
         details = _row(result, item)
+        _count(doc, "sent" if result.outcome == "sent" else "failed")
         if result.outcome == "sent":
             rows.append((AuditEvent.NOTIFY_SENT, details))
             _drop(entry, result.key)
@@ -283,6 +284,7 @@ def settle(doc: dict[str, Any], results: list[Result], now: datetime, policy: Re
         if result.outcome == "abandon" or (next_at - owed_at).total_seconds() > policy.give_up:
             rows.append((AuditEvent.NOTIFY_ABANDONED, {**details, "owed_at": item.get("owed_at")}))
             _abandon(entry, result, item, now)
+            _count(doc, "abandoned")
             continue
         details["next_try_at"] = to_iso(next_at)
         item.update(next_at=to_iso(next_at), lease_by=None, lease_until=None, last_error=result.detail)
@@ -294,6 +296,12 @@ def _row(result: Result, item: dict[str, Any]) -> dict[str, Any]:
     return {"job": result.job, "run_id": body.get("run_id"), "notification": item.get("event"),
             "target": target_label(item.get("target") or {}), "key": result.key, "attempt": item["attempts"],
             "code": result.code, **({"error": result.detail} if result.detail else {})}
+
+
+def _count(doc: dict[str, Any], outcome: str) -> None:
+    """Delivery counters for `cronctl metrics`, persisted like the lateness histogram."""
+    totals = doc.setdefault("metrics", {}).setdefault("notifications", {})
+    totals[outcome] = int(totals.get(outcome) or 0) + 1
 
 
 def _drop(entry: dict[str, Any], key: str) -> None:

@@ -379,7 +379,7 @@ class PgLeaseStore:
 
     def notify_settle(self, results: list[notify_owed.Result], now: datetime,
                       policy: notify_owed.RetryPolicy) -> None:
-        with self._jobs([result.job for result in results]) as tx:
+        with self._jobs([result.job for result in results], meta=True) as tx:
             rows = notify_owed.settle(tx.doc, results, self._now(tx, now), policy)
             tx.events.extend(Event(name, details) for name, details in rows)
 
