@@ -211,3 +211,22 @@ def test_a_job_that_cannot_start_owes_failure_and_stale_with_no_command_run(cli:
     stale = next(item for item in owed.values() if item["event"] == "stale")
     assert str(missing) in stale["body"]["text"]
     assert json.loads(cli("status", "--json").out)["jobs"][0]["state"] == "wedged"
+
+
+def test_abandoned_notifications_are_shown_by_status_and_doctor(ctx: Context, worker: NotifyWorker,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    add_job(ctx, [{"url": "http://127.0.0.1:9/token-path", "on": ["failure"]}])
+    run(ctx, RunStatus.ERROR, exit_code=1)
+    clock = ctx.clock
+    assert isinstance(clock, FakeClock)
+    for _ in range(12):
+        deliver(ctx, worker)
+        clock.advance(60)
+    from cronctl.cli.render import status_lines
+    from cronctl.ops.doctor import examine
+
+    lines = status_lines(status_json(status(ctx), only_stale=False), only_stale=False)
+    assert any(line.startswith("notifications: job: 1 abandoned") for line in lines)
+    found = [f for f in examine(ctx.paths, ctx.store, ctx.clock.now()) if f.check == "notifications"]
+    assert len(found) == 1 and found[0].level == "warn" and "token-path" not in found[0].message

@@ -307,7 +307,14 @@ def status_lines(data: dict[str, Any], only_stale: bool) -> list[str]:
         return parts
     rows = [(job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
              job["reason"]) for job in data["jobs"]]
-    return parts + columns(("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"), rows)
+    return parts + columns(("JOB", "STATE", "NEXT", "LAST", "FAULT", "REASON"), rows) + abandoned_lines(data["jobs"])
+
+
+def abandoned_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """Notifications given up after 24 h of tries (SPEC §12), one line per job that has any."""
+    return [f"notifications: {job['name']}: {job['notify_abandoned']} abandoned "
+            f"(cronctl audit --job {job['name']} --event notify.abandoned)"
+            for job in jobs if job.get("notify_abandoned")]
 
 
 def _cluster_lines(loops: list[dict[str, Any]] | None, only_stale: bool) -> list[str]:
