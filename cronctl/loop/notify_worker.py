@@ -67,10 +67,12 @@ class NotifyWorker:
     """The delivery thread: take, send on the pool, settle."""
 
     def __init__(self, leases: LeaseStore, clock: Clock, by: str, policy: RetryPolicy | None = None,
-                 sender: Sender = send, poll: Callable[[], list[Item]] | None = None) -> None:
+                 sender: Sender = send, poll: Callable[[], list[Item]] | None = None,
+                 health: Callable[[], object] | None = None) -> None:
         self.leases, self.clock, self.by = leases, clock, by
         self.policy = policy or policy_from_env(os.environ)
-        self.sender, self.poll = sender, poll
+        self.sender, self.poll, self.health = sender, poll, health
+        self._last_health = float("-inf")
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -135,10 +137,15 @@ class NotifyWorker:
                 self._complain(exc)
 
     def _poll_if_due(self) -> None:
+        """On PostgreSQL: what is owed, and the health pass, asked of the database from here
+        (the tick thread's document there holds no jobs)."""
         now = self.clock.monotonic()
         if self.poll is not None and now - self._last_poll >= POLL_EVERY:
             self._last_poll = now
             self.offer(self.poll())
+        if self.health is not None and now - self._last_health >= HEALTH_EVERY:
+            self._last_health = now
+            self.health()
 
     def _dispatch(self) -> None:
         with self._lock:
@@ -230,8 +237,15 @@ STOP_DRAIN_S = 3.0
 def start_notifications(ctx: Any, engine: Any, by: str) -> NotifyWorker:
     """The loop's worker and the engine's pump; on PostgreSQL the worker asks the database."""
     leases = ctx.leases
-    poll = (lambda: leases.notify_due(ctx.clock.now())) if ctx.on_postgres else None
-    worker = NotifyWorker(leases, ctx.clock, by, poll=poll)
+    poll = health = None
+    if ctx.on_postgres:
+        def poll() -> list[Item]:
+            return leases.notify_due(ctx.clock.now())  # type: ignore[no-any-return]
+
+        def health() -> int:
+            return health_pass(leases, leases.suspects(), ctx.clock.now())
+
+    worker = NotifyWorker(leases, ctx.clock, by, poll=poll, health=health)
     worker.start()
     engine.notifications = NotifyPump(worker, ctx.clock, ctx.on_postgres)
     return worker
