@@ -230,3 +230,22 @@ def test_abandoned_notifications_are_shown_by_status_and_doctor(ctx: Context, wo
     assert any(line.startswith("notifications: job: 1 abandoned") for line in lines)
     found = [f for f in examine(ctx.paths, ctx.store, ctx.clock.now()) if f.check == "notifications"]
     assert len(found) == 1 and found[0].level == "warn" and "token-path" not in found[0].message
+
+
+def test_the_health_pass_raises_stale_once_for_a_late_job_and_rearms_when_healthy(ctx: Context) -> None:
+    from datetime import timedelta
+
+    from cronctl.loop.notify_worker import health_pass
+    from cronctl.store.notify_owed import ALERTS
+
+    add_job(ctx, [{"url": "http://127.0.0.1:9/x", "on": ["stale"]}])
+    with ctx.store.transaction() as doc:
+        doc["jobs"]["job"]["state"]["next_run_at"] = to_iso(T0 - timedelta(hours=1))  # due an hour ago
+    assert health_pass(ctx.leases, ctx.store.read(), ctx.clock.now()) == 1
+    assert health_pass(ctx.leases, ctx.store.read(), ctx.clock.now()) == 0  # once per episode
+    (owed,) = ctx.store.read()["jobs"]["job"]["state"][OWED].values()
+    assert owed["event"] == "stale" and owed["body"]["status"] == "late"
+    with ctx.store.transaction() as doc:
+        doc["jobs"]["job"]["state"]["next_run_at"] = to_iso(T0 + timedelta(minutes=1))
+    health_pass(ctx.leases, ctx.store.read(), ctx.clock.now())
+    assert ALERTS not in ctx.store.read()["jobs"]["job"]["state"]  # the next episode is news again

@@ -39,8 +39,9 @@ class Engine(Protocol):
     ctx: Any
 POOL_SIZE = 8
 MAX_IN_FLIGHT = 64
-# A try's lease: longer than a try can take (connect + read), so only a dead loop's lapses.
-LEASE_S = 2 * TIMEOUT + 30.0
+# A taken entry's lease: longer than it can wait for a pool thread (MAX_IN_FLIGHT / POOL_SIZE
+# rounds of tries that all hang) plus its own try, so only a dead loop's lease lapses.
+LEASE_S = (MAX_IN_FLIGHT // POOL_SIZE + 1) * TIMEOUT + 30.0
 POLL_EVERY = 2.0
 HEALTH_EVERY = 5.0
 # CRONCTL_NOTIFY_BACKOFF=FIRST,CAP,GIVE_UP (durations) replaces 10s,1h,24h: tests, and sites
@@ -96,7 +97,10 @@ class NotifyWorker:
         if self._thread is not None:
             self._thread.join(timeout=wait)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._settle()
+        try:
+            self._settle()
+        except Exception as exc:  # unsettled tries stay owed: the next loop sends them again
+            self._complain(exc)
 
     def drain(self, ctx: Any, timeout: float) -> None:
         """A clean stop: offer everything owed, wait up to `timeout` for it to go out, then stop."""
