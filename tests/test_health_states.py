@@ -126,14 +126,24 @@ def test_add_and_edit_take_alert_after_and_notify(cli: Any) -> None:
     shown = json.loads(cli("show", "nightly", "--json").out)
     job = shown.get("job", shown)
     assert job["alert_after"] == 2
-    assert job["notify"] == [{"url": "https://hooks.example.com/T0/secret", "on": ["failure", "recovery"]},
+    assert job["notify"] == [{"url": "https://hooks.example.com/***", "on": ["failure", "recovery"]},
                              {"email": "ops@example.com", "on": ["failure", "recovery"]}]
     assert cli("edit", "nightly", "--notify", "ping+https://hc-ping.com/u-u-i-d").code == 0
     job = json.loads(cli("show", "nightly", "--json").out)
     job = job.get("job", job)
-    assert job["notify"] == [{"ping": "https://hc-ping.com/u-u-i-d", "on": ["start", "success", "failure"]}]
+    assert job["notify"] == [{"ping": "https://hc-ping.com/***", "on": ["start", "success", "failure"]}]
     bad = cli("edit", "nightly", "--notify", "https://x.example.com/", "--notify-on", "explode")
     assert bad.code != 0 and "explode" in bad.err
     assert cli("edit", "nightly", "--notify", "none").code == 0
     job = json.loads(cli("show", "nightly", "--json").out)
     assert job.get("job", job)["notify"] == []
+
+
+def test_show_and_list_mask_notification_urls_but_the_store_keeps_them(cli: Any, home: Any) -> None:
+    assert cli("add", "nightly", "--cron", "0 3 * * *", "--notify", "https://hooks.example.com/T0/s3cret?k=v",
+               "--", "true").code == 0
+    for args in (("show", "nightly"), ("show", "nightly", "--json"), ("list", "--json"), ("status", "--json")):
+        assert "s3cret" not in cli(*args).out, args
+    assert "s3cret" in (home / "jobs.json").read_text()  # the loop needs it whole
+    assert cli("edit", "nightly", "--alert-after", "2").code == 0  # an edit keeps the real URL
+    assert "s3cret" in (home / "jobs.json").read_text()

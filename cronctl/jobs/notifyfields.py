@@ -122,3 +122,24 @@ def target_label(target: dict[str, Any]) -> str:
 
 
 NOTIFY_CHECKS: dict[str, Callable[[Any], Any]] = {"notify": check_notify, "alert_after": check_alert_after}
+
+
+def masked_targets(targets: Any) -> Any:
+    """A job's `notify` as outputs show it: each URL with its path and query masked."""
+    if not isinstance(targets, list):
+        return targets
+    return [{key: mask(value) if key in ("url", "ping") and isinstance(value, str) else value
+             for key, value in target.items()} if isinstance(target, dict) else target for target in targets]
+
+
+def mask_entry(data: dict[str, Any]) -> dict[str, Any]:
+    """A job's --json document with every notification URL masked (its targets, and the
+    targets of the notifications it owes); the store keeps them whole for the loop."""
+    if "notify" in data:
+        data["notify"] = masked_targets(data["notify"])
+    owed = (data.get("state") or {}).get("notify_owed")
+    if isinstance(owed, dict):
+        data["state"] = {**data["state"], "notify_owed": {
+            key: {**item, "target": (masked_targets([item.get("target")]) or [None])[0]}
+            if isinstance(item, dict) else item for key, item in owed.items()}}
+    return data
