@@ -21,6 +21,7 @@ from typing import Any
 from cronctl.errors import CronctlError
 from cronctl.interop.translate import debian_gap_notes
 from cronctl.jobs.jobfile import ENV_NAME_RE, build_spec
+from cronctl.jobs.notifyfields import check_notify
 from cronctl.models import NAME_MAX, NAME_RE
 from cronctl.schedule.cron import check_timezone, parse_cron
 
@@ -354,6 +355,12 @@ def _set_mailto(number: int, value: str, scope: _Scope, result: ImportResult) ->
     """cron mails a run's output to MAILTO: the same as an `email` notification on `output`
     (SPEC §12), sent through $CRONCTL_SMTP or sendmail. MAILTO="" mails nobody."""
     value = value.strip().strip("\"'")
+    try:
+        check_notify([{"email": address} for address in _addresses(value)])
+    except CronctlError as exc:
+        scope.mailto = None
+        result.notes.append(Note(number, f"MAILTO={value}: not translated ({exc}); the jobs below mail nothing"))
+        return
     scope.mailto = value or None
     if value:
         result.notes.append(Note(number, f"MAILTO={value}: the jobs below mail their output to "

@@ -23,7 +23,8 @@ DEFAULT_EVENTS = ("failure", "recovery", "stale")
 PING_EVENTS = ("start", "success", "failure")
 KINDS = ("url", "ping", "email")
 _VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+# An address, or a local mailbox name as cron's MAILTO=root has it (sendmail delivers it).
+_EMAIL = re.compile(r"^[^@\s,]+(@[^@\s,]+)?$")
 
 
 class NotifyFieldProblem(CronctlError):
@@ -67,7 +68,8 @@ def _check_address(index: int, kind: str, address: str) -> None:
         return  # wholly from the environment: judged when sent
     if kind == "email":
         if not _EMAIL.match(_VAR.sub("x", address)):
-            raise NotifyFieldProblem(f"target {index}: email: {address!r} is not an address like ops@example.com")
+            raise NotifyFieldProblem(f"target {index}: email: {address!r} is not an address like "
+                                     "ops@example.com (or a local user)")
         return
     if not re.match(r"^https?://[^/\s]+", _VAR.sub("x", address), re.IGNORECASE):
         raise NotifyFieldProblem(f"target {index}: {kind}: {mask(address)!r} is not an http:// or https:// URL")
