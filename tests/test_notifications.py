@@ -135,14 +135,19 @@ def test_500_twice_then_200_same_key_three_times_and_sent_once(
     assert [(row["attempt"], row["error"]) for row in failed] == [(1, "HTTP 500"), (2, "HTTP 500")]
 
 
-def test_given_up_after_the_give_up_time_shown_by_status(ctx: Context, worker: NotifyWorker) -> None:
-    add_job(ctx, [{"url": "http://127.0.0.1:9/${NO_SUCH_TOKEN_VAR}", "on": ["failure"]}])
+def fail_until_given_up(ctx: Context, worker: NotifyWorker, url: str) -> None:
+    """A failure owed to `url`, tried every minute of FAST's 5-minute give-up time and past it."""
+    add_job(ctx, [{"url": url, "on": ["failure"]}])
     run(ctx, RunStatus.ERROR, exit_code=1)
     clock = ctx.clock
     assert isinstance(clock, FakeClock)
     for _ in range(12):
         deliver(ctx, worker)
         clock.advance(60)
+
+
+def test_given_up_after_the_give_up_time_shown_by_status(ctx: Context, worker: NotifyWorker) -> None:
+    fail_until_given_up(ctx, worker, "http://127.0.0.1:9/${NO_SUCH_TOKEN_VAR}")
     assert len(audit(ctx, "notify.abandoned")) == 1
     assert "NO_SUCH_TOKEN_VAR" in audit(ctx, "notify.failed")[0]["error"]
     job = status_json(status(ctx), only_stale=False)["jobs"][0]
@@ -213,16 +218,8 @@ def test_a_job_that_cannot_start_owes_failure_and_stale_with_no_command_run(cli:
     assert json.loads(cli("status", "--json").out)["jobs"][0]["state"] == "wedged"
 
 
-def test_abandoned_notifications_are_shown_by_status_and_doctor(ctx: Context, worker: NotifyWorker,
-                                                                  monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    add_job(ctx, [{"url": "http://127.0.0.1:9/token-path", "on": ["failure"]}])
-    run(ctx, RunStatus.ERROR, exit_code=1)
-    clock = ctx.clock
-    assert isinstance(clock, FakeClock)
-    for _ in range(12):
-        deliver(ctx, worker)
-        clock.advance(60)
+def test_abandoned_notifications_are_shown_by_status_and_doctor(ctx: Context, worker: NotifyWorker) -> None:
+    fail_until_given_up(ctx, worker, "http://127.0.0.1:9/token-path")
     from cronctl.cli.render import status_lines
     from cronctl.ops.doctor import examine
 

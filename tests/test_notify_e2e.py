@@ -91,7 +91,7 @@ jobs:
     assert len(started) >= 8, len(started)  # about one a second, while every try hung for 10 s
     late = [row.get("late_ms") or 0.0 for row in started if row.get("held")]
     assert late and statistics.median(late) < 500, late
-    assert len(hanging.snapshot()) >= 8  # the tries did go out, on the worker's threads
+    assert hanging.snapshot()  # the tries did go out (one job's one at a time, in order), on the worker's threads
 
 
 def test_kill_9_between_a_finish_and_its_delivery_delivers_after_restart(home: Path, tmp_path: Path,

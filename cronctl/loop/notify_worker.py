@@ -153,10 +153,7 @@ class NotifyWorker:
 
     def _dispatch(self) -> None:
         with self._lock:
-            room = MAX_IN_FLIGHT - len(self._in_flight)
-            wanted = list(self._offered)[:max(0, room)]
-            for key in wanted:
-                del self._offered[key]
+            wanted = self._next_batch()
         if not wanted:
             return
         taken = self.leases.notify_take(wanted, self.by, self.clock.now(), LEASE_S)
@@ -164,6 +161,23 @@ class NotifyWorker:
             self._in_flight.update((item.job, item.key) for item in taken)
         for item in taken:
             self._pool.submit(self._try, item)
+
+    def _next_batch(self) -> list[tuple[str, str]]:
+        """Up to the room left, one entry per job with none in flight, in the order offered:
+        one job's notifications arrive in the order they were owed (a ping's /start, then
+        its /fail), while different jobs' go out in parallel. Called under the lock."""
+        room = MAX_IN_FLIGHT - len(self._in_flight)
+        busy = {job for job, _ in self._in_flight}
+        wanted: list[tuple[str, str]] = []
+        for key in list(self._offered):
+            if len(wanted) >= room:
+                break
+            if key[0] in busy:
+                continue
+            busy.add(key[0])
+            wanted.append(key)
+            del self._offered[key]
+        return wanted
 
     def _try(self, item: Item) -> None:
         try:

@@ -34,6 +34,8 @@ ABANDONED = "notify_abandoned"
 OUTPUT_BYTES = 4096
 # The healthchecks.io protocol: what each event appends to the ping URL.
 PING_SUFFIX = {"start": "/start", "success": "", "failure": "/fail"}
+# Events owed in one write, in the order they happened (delivery keeps it per job).
+EVENT_ORDER = {"start": 0, "success": 1, "failure": 1, "recovery": 2, "output": 3, "stale": 4, "chain_failed": 5}
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,8 @@ def owed_items(doc: dict[str, Any], now: datetime, leases: bool = True) -> list[
             free = not leases or str(item.get("lease_until") or "") <= now_iso
             if str(item.get("next_at") or "") <= now_iso and free:
                 found.append(Item(job, key, item))
+    # In the order they were owed (the store sorts keys): a ping's /start before its /fail.
+    found.sort(key=lambda i: (str(i.entry.get("owed_at") or ""), EVENT_ORDER.get(str(i.entry.get("event")), 9)))
     return found
 
 
