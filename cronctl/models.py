@@ -104,6 +104,10 @@ class AuditEvent(StrEnum):
     CLUSTER_STORE_OUTAGE = "cluster.store_outage"
     CLUSTER_LOOP_FORGOTTEN = "cluster.loop_forgotten"
     CLOCK_JUMPED = "clock.jumped"
+    # Notifications (SPEC §12): every delivery try, and the end of trying.
+    NOTIFY_SENT = "notify.sent"
+    NOTIFY_FAILED = "notify.failed"
+    NOTIFY_ABANDONED = "notify.abandoned"
 
 
 # Fields whose YAML/store value is a duration string; in memory they are seconds.
@@ -148,6 +152,9 @@ class JobSpec:
     limits: dict[str, int] = field(default_factory=dict)  # LIMIT_NAMES -> bytes, seconds or a count
     keep_runs: int | None = None  # run logs kept (default history.LOGS_KEPT)
     keep_log: int | None = None  # bytes kept of each run's log (default engine.LOG_CAP)
+    # --- alerting (SPEC §12): written to the store only when set, so older stores keep their bytes
+    alert_after: int = 1  # failed runs in a row that make the job stale
+    notify: tuple[dict[str, Any], ...] | None = None  # None: no notification; () turned off by `notify: []`
 
     @property
     def schedule_text(self) -> str:
@@ -176,6 +183,8 @@ class JobSpec:
                 continue  # a job outside any chain keeps the store bytes it always had
             if kind == "operator" and not value:
                 continue  # unset operator fields (SPEC §13) are not written either
+            if kind == "alert" and value == _SPEC_DEFAULTS[name]:
+                continue  # likewise a job without alerting fields
             if value is None:
                 pass
             elif kind == "duration":
@@ -185,7 +194,7 @@ class JobSpec:
             elif isinstance(value, Enum):
                 value = value.value
             elif isinstance(value, tuple):
-                value = list(value)
+                value = [dict(item) if isinstance(item, dict) else item for item in value]
             elif isinstance(value, dict):
                 value = dict(value)
             out[name] = value
@@ -206,7 +215,7 @@ class JobSpec:
         for key, kind in _ENUM_FIELDS:
             if key in kwargs:
                 kwargs[key] = _stored_enum(kind, kwargs[key])
-        for key in ("command", "on_failure", "after"):
+        for key in ("command", "on_failure", "after", "notify"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         if cls is not JobSpec or not _SPEC_REQUIRED <= kwargs.keys():
@@ -246,6 +255,7 @@ CHAIN_FIELDS = ("after", "requires")
 OPERATOR_FIELDS = ("user", "env_file", "limits", "keep_runs", "keep_log")
 # The limits a job may set, in the order they are applied and shown.
 LIMIT_NAMES = ("nice", "memory", "cpu", "nofile", "nproc")
+ALERT_FIELDS = ("alert_after", "notify")
 
 # from_dict runs once per job on every read command: fields() per call was a fifth of it.
 _ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
@@ -255,6 +265,7 @@ _SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
 # of a job outside any chain), or as it is (enums by value, tuples as lists, dicts copied).
 _TO_DICT_PLAN = tuple((name, "duration" if name in DURATION_FIELDS else "at" if name == "at"
                        else "chain" if name in CHAIN_FIELDS else "operator" if name in OPERATOR_FIELDS
+                       else "alert" if name in ALERT_FIELDS
                        else "plain") for name in _SPEC_FIELD_ORDER)
 _SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
 _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)

@@ -253,3 +253,18 @@ def test_a_dependant_edited_onto_a_schedule_mid_chain_leaves_the_chain() -> None
     end(doc, running)
     assert nodes(doc) == {"a": "success", "b": "success", "c": "skipped"}
     assert doc["chains"][running.spec.env["CRONCTL_CHAIN_ID"]]["nodes"]["c"]["reason"] == "definition_changed"
+
+
+def test_a_failed_chain_owes_chain_failed_to_its_roots_targets() -> None:
+    hook = ({"url": "http://127.0.0.1:9/x", "on": ["chain_failed"]},)
+    doc = document(job("a", notify=hook), job("b", "a"), job("c", "a"), job("d", "b", "c"))
+    end(doc, by_job(tick(doc))["a"])
+    running = by_job(tick(doc))
+    end(doc, running["b"], FAIL)
+    assert "notify_owed" not in doc["jobs"]["a"]["state"]  # the chain is still open
+    end(doc, running["c"])
+    (owed,) = doc["jobs"]["a"]["state"]["notify_owed"].values()
+    chain_id = next(iter(doc["chains"]))
+    assert (owed["event"], owed["body"]["chain"], owed["body"]["status"]) == ("chain_failed", chain_id, "failed")
+    assert "b error" in owed["body"]["reason"] and "d skipped" in owed["body"]["reason"]
+    assert all("notify_owed" not in doc["jobs"][name]["state"] for name in "bcd")

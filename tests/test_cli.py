@@ -345,7 +345,7 @@ def test_unset_restores_the_default_of_an_optional_field(cli: Cli, home: Path, c
 @pytest.mark.parametrize(("field", "message"), [
     ("colour", "--unset colour: not a job field (one of: timezone, cwd, env, timeout, kill_grace, overlap, "
                "catchup, starting_deadline, retries, retry_delay, repeat, jitter, grace, on_failure, paused, "
-                   "requires, user, env_file, limits, keep_runs, keep_log)"),
+                   "requires, user, env_file, limits, keep_runs, keep_log, alert_after, notify)"),
     ("command", "--unset command: a job always has a command; give a new value instead"),
     ("cron", "--unset cron: a job always has a schedule; give a new value instead"),
     ("name", "--unset name: a job always has a name; give a new value instead"),

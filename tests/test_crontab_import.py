@@ -138,7 +138,7 @@ def test_unsupported_user_crontab_lines_are_reported_by_number_and_the_rest_impo
 
 def test_mailto_and_a_non_default_shell_are_reported_with_their_line() -> None:
     notes = {n.line: n.message for n in imported("user-crontab", user_field=False).notes}
-    assert "MAILTO" in notes[3] and "not translated" in notes[3]
+    assert "MAILTO" in notes[3] and "email on output" in notes[3]
     assert "/bin/bash" in notes[20]
 
 
@@ -319,3 +319,8 @@ def test_a_gap_that_skips_several_wall_times_of_a_fixed_time_job_is_noted_becaus
         "once, at the end of the gap"))]
     # The schedule is kept as written, so whether it is fixed-time (Debian's DST rule) is too.
     assert [parse_cron(job.entry["cron"]).fixed_time for job in result.jobs] == [True, True, False, True]
+
+
+def test_mailto_becomes_an_email_notification_on_output() -> None:
+    jobs = {job.line: job.entry for job in imported("user-crontab", user_field=False).jobs}
+    assert jobs[9]["notify"] == [{"email": "ops@example.com", "on": ["output"]}]

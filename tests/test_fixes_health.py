@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from cronctl.jobs.health import FAILING_STREAK, job_health
+from cronctl.jobs.health import job_health
 from cronctl.jobs.state import JobView, new_state
 from cronctl.models import JobSpec
 
@@ -87,15 +87,16 @@ def test_a_refusal_for_another_reason_is_not_blocked_config() -> None:
 # --- every run fails -------------------------------------------------------------------
 
 
-def test_failures_become_stale_at_the_streak_and_a_success_clears_it(cli: Any) -> None:
-    assert cli("add", "flaky", "--every", "1h", "--", "false").code == 0
-    for run in range(1, FAILING_STREAK + 1):
+def test_failures_become_stale_at_alert_after_and_a_success_clears_it(cli: Any) -> None:
+    assert cli("add", "flaky", "--every", "1h", "--alert-after", "3", "--", "false").code == 0
+    for run in range(1, 4):
         assert cli("force-run", "flaky").code == 0
         job = _status_json(cli)["jobs"][0]
         assert job["state"] == "failing", job
-        expected = 3 if run >= FAILING_STREAK else 0
+        assert (job["consecutive_failures"], job["alert_after"]) == (run, 3)
+        expected = 3 if run >= 3 else 0
         assert cli("status", "--stale").code == expected, f"after {run} failure(s)"
-    assert f"{FAILING_STREAK} runs in a row failed" in _status_json(cli)["jobs"][0]["reason"]
+    assert "3 runs in a row failed" in _status_json(cli)["jobs"][0]["reason"]
 
     assert cli("edit", "flaky", "--", "true").code == 0
     assert cli("force-run", "flaky").code == 0
@@ -103,17 +104,21 @@ def test_failures_become_stale_at_the_streak_and_a_success_clears_it(cli: Any) -
     assert cli("status", "--stale").code == 0
 
 
-def test_one_failure_is_failing_but_not_stale() -> None:
+def test_one_failure_is_stale_by_default_and_alert_after_waits_for_the_streak() -> None:
     spec = JobSpec(name="flaky", command="false", every=3600.0)
     one = _health(spec, last_status="error", last_exit_code=1, last_run_at="2026-03-01T11:59:00.000+00:00",
                   consecutive_failures=1)
-    assert (one.state, one.stale) == ("failing", False)
-    streak = _health(spec, last_status="error", last_exit_code=1, last_run_at="2026-03-01T11:59:00.000+00:00",
-                     consecutive_failures=FAILING_STREAK)
-    assert (streak.state, streak.stale, streak.fault) == ("failing", True, "job")
+    assert (one.state, one.stale, one.fault) == ("failing", True, "job")
+    patient = spec.with_changes(alert_after=3)
+    two = _health(patient, last_status="error", last_exit_code=1, last_run_at="2026-03-01T11:59:00.000+00:00",
+                  consecutive_failures=2)
+    assert (two.state, two.stale) == ("failing", False)
+    three = _health(patient, last_status="error", last_exit_code=1, last_run_at="2026-03-01T11:59:00.000+00:00",
+                    consecutive_failures=3)
+    assert (three.state, three.stale) == ("failing", True)
 
 
 def test_a_hand_edited_streak_that_is_not_a_number_is_ignored() -> None:
     spec = JobSpec(name="flaky", command="false", every=3600.0)
     odd = _health(spec, last_status="error", last_run_at="2026-03-01T11:59:00.000+00:00", consecutive_failures="9")
-    assert (odd.state, odd.stale) == ("failing", False)
+    assert (odd.state, odd.stale) == ("failing", False)  # 0 failures in a row: below any alert_after

@@ -74,11 +74,10 @@ def loop(home: Path) -> Iterator[Loop]:
 
 
 def test_metrics_are_the_text_of_cronctl_metrics(home: Path, loop: Loop) -> None:
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     assert cli(home, "add", "nightly", "--cron", "0 3 * * *", "--", "true").returncode == 0
     code, body, content_type = get(loop.port, "/metrics")
-    assert code == 200 and content_type == CONTENT_TYPE_LATEST
+    # The 0.0.4 text format's type: Prometheus 2 and 3 both scrape it without a fallback.
+    assert code == 200 and content_type == "text/plain; version=0.0.4; charset=utf-8"
     served = [line for line in body.decode().splitlines() if not line.startswith("cronctl_loop_heartbeat")]
     printed = cli(home, "metrics").stdout.splitlines()
     assert served == [line for line in printed if not line.startswith("cronctl_loop_heartbeat")]
@@ -86,7 +85,8 @@ def test_metrics_are_the_text_of_cronctl_metrics(home: Path, loop: Loop) -> None
 
 
 def test_healthz_flips_to_503_with_the_stale_job_and_back(home: Path, loop: Loop) -> None:
-    assert get_json(loop.port, "/healthz") == (200, {"ok": True, "loop": "ok", "jobs": 0})
+    code, body = get_json(loop.port, "/healthz")
+    assert (code, body["ok"], body["loop"]["state"], body["jobs"], body["stale"]) == (200, True, "ok", 0, [])
     # With --max-parallel 1, a forced long run keeps `victim` from starting: it goes late.
     assert cli(home, "add", "hog", "--every", "1h", "--", "sleep", "300").returncode == 0
     assert cli(home, "force-run", "hog").returncode == 0

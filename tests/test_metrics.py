@@ -143,3 +143,29 @@ def test_the_metrics_file_is_rewritten_on_a_change_or_every_refresh_on_the_clock
     clock.advance(1)
     textfile.maybe_write(ctx)  # due for the heartbeat gauge
     assert target.exists()
+
+
+def test_per_job_series_for_alerts_and_notification_counters(ctx: Context) -> None:
+    from cronctl.store.notify_owed import Result, RetryPolicy, settle
+
+    with ctx.store.transaction() as doc:
+        doc["jobs"]["job"]["notify"] = [{"url": "http://127.0.0.1:9/x", "on": ["failure"]}]
+    run_once(ctx, RunStatus.ERROR)
+    with ctx.store.transaction() as doc:
+        (key,) = doc["jobs"]["job"]["state"]["notify_owed"]
+    got = samples(ctx)
+    assert got[("cronctl_job_consecutive_failures", (("job", "job"),))] == 1.0
+    assert got[("cronctl_job_last_exit_code", (("job", "job"),))] == 0.0
+    assert ("cronctl_job_last_duration_seconds", (("job", "job"),)) in got
+    assert got[("cronctl_job_next_fire_timestamp_seconds", (("job", "job"),))] > T0.timestamp()
+    assert got[("cronctl_job_state", (("job", "job"), ("state", "failing")))] == 1.0
+    assert got[("cronctl_job_state", (("job", "job"), ("state", "ok")))] == 0.0
+    assert got[("cronctl_notifications_owed", (("job", "job"),))] == 1.0
+    with ctx.store.transaction() as doc:
+        settle(doc, [Result("job", key, "retry", "refused")], ctx.clock.now(), RetryPolicy())
+    with ctx.store.transaction() as doc:
+        settle(doc, [Result("job", key, "sent", code=200)], ctx.clock.now(), RetryPolicy())
+    got = samples(ctx)
+    assert got[("cronctl_notifications_total", (("outcome", "failed"),))] == 1.0
+    assert got[("cronctl_notifications_total", (("outcome", "sent"),))] == 1.0
+    assert got[("cronctl_notifications_owed", (("job", "job"),))] == 0.0

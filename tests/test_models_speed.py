@@ -62,7 +62,7 @@ def _to_dict_before(spec: JobSpec) -> dict[str, Any]:
     """JobSpec.to_dict as it was written before it was made faster: the reference."""
     from enum import Enum
 
-    from cronctl.models import CHAIN_FIELDS, DURATION_FIELDS, OPERATOR_FIELDS
+    from cronctl.models import ALERT_FIELDS, CHAIN_FIELDS, DURATION_FIELDS, OPERATOR_FIELDS
     from cronctl.timefmt import to_iso
 
     out: dict[str, Any] = {}
@@ -72,6 +72,8 @@ def _to_dict_before(spec: JobSpec) -> dict[str, Any]:
             continue
         if f.name in OPERATOR_FIELDS and not value:
             continue  # unset operator fields (SPEC §13) are left out
+        if f.name in ALERT_FIELDS and value == f.default:
+            continue  # alerting fields (SPEC §12) are written only when set
         if f.name in DURATION_FIELDS and value is not None:
             value = format_duration(value)
         elif f.name == "at":

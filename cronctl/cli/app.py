@@ -81,6 +81,13 @@ RepeatOpt = Annotated[Optional[int], typer.Option("--repeat", help="Stop after N
 JitterOpt = Annotated[Optional[str], typer.Option("--jitter", help="Stable per-job delay in [0, jitter).")]
 GraceOpt = Annotated[Optional[str], typer.Option("--grace", help="How late before 'late' (default: half cadence).")]
 OnFailureOpt = Annotated[Optional[str], typer.Option("--on-failure", help="Shell command run after a failure.")]
+# --- alerting (SPEC §12)
+AlertAfterOpt = Annotated[Optional[int], typer.Option("--alert-after", help="Failed runs in a row that make the "
+                                                      "job stale (default 1).")]
+NotifyOpt = Annotated[Optional[list[str]], typer.Option("--notify", help="Notify this target, repeatable: a webhook "
+                                                        "URL, ping+URL (healthchecks.io), mailto:ADDRESS, or none.")]
+NotifyOnOpt = Annotated[Optional[str], typer.Option("--notify-on", help="Events for --notify, comma-separated: "
+                                                    "start,success,failure,recovery,output,stale,chain_failed.")]
 PausedOpt = Annotated[Optional[bool], typer.Option("--paused/--not-paused", help="Define it paused.")]
 # Running as operators do (SPEC §13).
 UserOpt = Annotated[Optional[str], typer.Option("--user", help="Run as this user (the loop must run as root).")]

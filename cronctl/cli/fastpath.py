@@ -63,6 +63,7 @@ _JOB_OPTIONS = {
     "--not-paused": Opt("paused", OFF), "--after": Opt("after", TEXTS), "--requires": Opt("requires", TEXT),
     "--user": Opt("user", TEXT), "--env-file": Opt("env_file", TEXT), "--limit": Opt("limits", TEXTS),
     "--keep-runs": Opt("keep_runs", INT), "--keep-log": Opt("keep_log", TEXT),
+    "--alert-after": Opt("alert_after", INT), "--notify": Opt("notify", TEXTS), "--notify-on": Opt("notify_on", TEXT),
     **_JSON,
 }
 

@@ -57,7 +57,8 @@ def _warn_unknown_user(name: str, user: str | None) -> None:
 JOB_OPTIONS = ("cron", "every", "at", "timezone", "cwd", "env", "timeout", "kill_grace", "overlap", "catchup",
                "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure", "paused",
                "command", "after", "requires",
-               "user", "env_file", "limits", "keep_runs", "keep_log")  # the last five: SPEC §13
+               "user", "env_file", "limits", "keep_runs", "keep_log",  # these five: SPEC §13
+               "alert_after", "notify", "notify_on")
 
 
 def collect_options(given: dict[str, Any]) -> dict[str, Any]:
@@ -74,8 +75,15 @@ def collect_options(given: dict[str, Any]) -> dict[str, Any]:
             options["env"] = _parse_env_pairs(value)
         elif key == "limits":
             options["limits"] = _parse_limit_pairs(value)
+        elif key in ("notify", "notify_on"):
+            continue  # one field of the two options, below
         else:
             options[key] = list(value) if isinstance(value, tuple) else value
+    from cronctl.cli.notifyopts import notify_field
+
+    notify = notify_field(given.get("notify"), given.get("notify_on"))
+    if notify is not None:
+        options["notify"] = notify
     return options
 
 

@@ -17,6 +17,7 @@ import typer
 
 from cronctl.cli import jobcmds, render
 from cronctl.cli.app import (
+    AlertAfterOpt,
     AllowPastOpt,
     AtOpt,
     CatchupOpt,
@@ -34,6 +35,8 @@ from cronctl.cli.app import (
     KeepLogOpt,
     KeepRunsOpt,
     LimitOpt,
+    NotifyOnOpt,
+    NotifyOpt,
     OnFailureOpt,
     OverlapOpt,
     PausedOpt,
@@ -65,6 +68,7 @@ def add(
     user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
     keep_log: KeepLogOpt = None,
     allow_past: AllowPastOpt = False,
+    alert_after: AlertAfterOpt = None, notify: NotifyOpt = None, notify_on: NotifyOnOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
@@ -76,7 +80,8 @@ def add(
                 kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                 retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
                 on_failure=on_failure, paused=paused, after=after, requires=requires,
-                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log)
+                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log,
+                alert_after=alert_after, notify=notify, notify_on=notify_on)
 
 
 @app.command()
@@ -91,6 +96,7 @@ def edit(
     after: AfterOpt = None, requires: RequiresOpt = None,
     user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
     keep_log: KeepLogOpt = None,
+    alert_after: AlertAfterOpt = None, notify: NotifyOpt = None, notify_on: NotifyOnOpt = None,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
     allow_past: AllowPastOpt = False,
@@ -105,7 +111,8 @@ def edit(
                  kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
                  retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
                  on_failure=on_failure, paused=paused, after=after, requires=requires,
-                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log)
+                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log,
+                alert_after=alert_after, notify=notify, notify_on=notify_on)
 
 
 @app.command()

@@ -327,7 +327,7 @@ def status_lines(data: dict[str, Any], only_stale: bool, term: Terminal | None =
     rows: list[tuple[str, ...]] = [
         (job["name"], job["state"], job["next_run_at"] or "-", job["last_status"] or "-", job["fault"] or "-",
          job["reason"]) for job in data["jobs"]]
-    return parts + status_table(STATUS_HEADER, rows, term)
+    return parts + status_table(STATUS_HEADER, rows, term) + abandoned_lines(data["jobs"])
 
 
 # On a narrow terminal these go first, in this order; REASON (the last column) is then cut.
@@ -353,6 +353,13 @@ def status_table(header: tuple[str, ...], rows: list[tuple[str, ...]], term: Ter
     rows = [(*row[:at], when(row[at]), *row[at + 1:]) for row in rows]
     lines = fitted_columns(header, rows, term.width, STATUS_DROP_ORDER, MIN_REASON)
     return paint_states(lines, [row[1] for row in rows], term)
+
+
+def abandoned_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """Notifications given up after 24 h of tries (SPEC §12), one line per job that has any."""
+    return [f"notifications: {job['name']}: {job['notify_abandoned']} abandoned "
+            f"(cronctl audit --job {job['name']} --event notify.abandoned)"
+            for job in jobs if job.get("notify_abandoned")]
 
 
 def _cluster_lines(loops: list[dict[str, Any]] | None, only_stale: bool) -> list[str]:

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 from cronctl.cli import render
 from cronctl.jobs.health import LeaseExpired, OwnerAlive, job_health
+from cronctl.jobs.notifyfields import mask_entry
 from cronctl.jobs.state import JobView, entry_from
 from cronctl.jobs.words import describe
 from cronctl.models import command_text
@@ -34,7 +35,7 @@ def job_json(view: JobView, ctx: Context) -> dict[str, Any]:
     next_fire = _next_fire(view)
     data["next_fire_at"] = to_iso(next_fire)
     data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
-    return data
+    return mask_entry(data)  # notification URLs carry tokens (SPEC §12)
 
 
 def _next_fire(view: JobView) -> datetime | None:

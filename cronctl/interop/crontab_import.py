@@ -21,6 +21,7 @@ from typing import Any
 from cronctl.errors import CronctlError
 from cronctl.interop.translate import debian_gap_notes
 from cronctl.jobs.jobfile import ENV_NAME_RE, build_spec
+from cronctl.jobs.notifyfields import check_notify
 from cronctl.models import NAME_MAX, NAME_RE
 from cronctl.schedule.cron import check_timezone, parse_cron
 
@@ -82,6 +83,7 @@ class _Scope:
     zone_error: int | None = None  # line of an unusable CRON_TZ/TZ; its jobs are skipped
     shell: str = "/bin/sh"
     zone_given: bool = False  # a CRON_TZ/TZ line above sets the zone (else the default one)
+    mailto: str | None = None  # MAILTO: the jobs below mail their output (an `email` notification)
 
 
 def import_crontab(text: str, source: str, *, user_field: bool = False, prefix: str = "",
@@ -185,6 +187,9 @@ def _unquote(value: str) -> str:
 
 
 def _apply_env(number: int, line: str, name: str, value: str, scope: _Scope, result: ImportResult) -> None:
+    if name == "MAILTO":
+        _set_mailto(number, value, scope, result)
+        return
     if name in MAIL_VARS:
         result.notes.append(Note(number, f"{name}={value}: not translated: cronctl mails nothing; each run's output "
                                  "is kept in its run log (`cronctl logs`), and `on_failure` can notify"))
@@ -345,7 +350,30 @@ def _entry(schedule: str, command: str | list[str], scope: _Scope, name: str, de
         entry["timezone"] = scope.zone
     if scope.env:
         entry["env"] = dict(scope.env)
+    if scope.mailto:
+        entry["notify"] = [{"email": address, "on": ["output"]} for address in _addresses(scope.mailto)]
     return entry
+
+
+def _set_mailto(number: int, value: str, scope: _Scope, result: ImportResult) -> None:
+    """cron mails a run's output to MAILTO: the same as an `email` notification on `output`
+    (SPEC §12), sent through $CRONCTL_SMTP or sendmail. MAILTO="" mails nobody."""
+    value = value.strip().strip("\"'")
+    try:
+        check_notify([{"email": address} for address in _addresses(value)])
+    except CronctlError as exc:
+        scope.mailto = None
+        result.notes.append(Note(number, f"MAILTO={value}: not translated ({exc}); the jobs below mail nothing"))
+        return
+    scope.mailto = value or None
+    if value:
+        result.notes.append(Note(number, f"MAILTO={value}: the jobs below mail their output to "
+                                 f"{', '.join(_addresses(value))} (notify: email on output); the loop sends "
+                                 "through $CRONCTL_SMTP, or sendmail"))
+
+
+def _addresses(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 # --- names ---------------------------------------------------------------------------

@@ -75,6 +75,11 @@ def _entry_lines(entry: dict[str, Any]) -> list[str]:
     if entry.get("env"):
         lines.append("    env:")
         lines += [f"      {name}: {quote(value)}" for name, value in entry["env"].items()]
+    if entry.get("notify"):
+        lines.append("    notify:")  # cron's MAILTO (SPEC §12)
+        for target in entry["notify"]:
+            lines.append(f"      - email: {quote(target['email'])}")
+            lines.append("        on: [" + ", ".join(target["on"]) + "]")
     return lines
 
 

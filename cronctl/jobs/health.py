@@ -16,9 +16,9 @@ from cronctl.models import FAILED_STATUSES
 from cronctl.schedule.slots import cadence, grace
 from cronctl.timefmt import from_iso
 
-# This many failed runs in a row, with no success since, is no bad luck: the job is
-# broken and `status --stale` reports it (a single failure may be retried or pass).
-FAILING_STREAK = 3
+# Failed runs in a row that make a job stale when its definition says nothing (SPEC §12:
+# `alert_after`, default 1: the first failure of a nightly backup is news that night).
+FAILING_STREAK = 1
 
 # Liveness of a claim's owner: (owner dict) -> True alive / False dead.
 OwnerAlive = Callable[[dict[str, Any]], bool]
@@ -28,10 +28,10 @@ LeaseExpired = Callable[[dict[str, Any]], bool]
 
 @dataclass(frozen=True)
 class JobHealth:
-    state: str  # ok running paused failing late wedged completed
+    state: str  # ok due running paused failing late wedged completed (waiting: chain_health)
     reason: str  # plain words
     fault: str | None  # "job", "platform" or None
-    # A failing job is stale once its failures are a streak (FAILING_STREAK), not one bad run.
+    # A failing job is stale once its failures in a row reach the job's alert_after.
     chronic: bool = False
 
     @property
@@ -51,7 +51,7 @@ def claim_problem(claim: dict[str, Any], owner_alive: OwnerAlive, lease_expired:
 def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:
     state = view.state
     if view.claims:
-        return _running_health(view, owner_alive, lease_expired)
+        return _claimed_health(view, now, owner_alive, lease_expired)
     if state.get("completed"):
         return JobHealth("completed", _completed_reason(view), None)
     if view.paused:
@@ -76,12 +76,24 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
             "platform",
         )
     if state.get("last_status") in FAILED_STATUSES:
-        streak = failure_streak(state)
-        reason = _failure_reason(state)
-        if streak >= FAILING_STREAK:
-            reason = f"{streak} runs in a row failed, none succeeded since; last: {reason}"
-        return JobHealth("failing", reason, _failure_fault(state), chronic=streak >= FAILING_STREAK)
+        return _failing_health(view, "")
     return JobHealth("ok", _ok_reason(view), None)
+
+
+def _failing_health(view: JobView, now_doing: str) -> JobHealth:
+    """`failing` until a run succeeds, also while the next run is held or running (SPEC §12)."""
+    state = view.state
+    streak, limit = failure_streak(state), alert_limit(view)
+    reason = _failure_reason(state) + now_doing
+    if streak > 1:
+        reason = f"{streak} runs in a row failed, none succeeded since; last: {reason}"
+    return JobHealth("failing", reason, _failure_fault(state), chronic=streak >= limit)
+
+
+def alert_limit(view: JobView) -> int:
+    """The job's alert_after (at least 1)."""
+    value = getattr(view.spec, "alert_after", FAILING_STREAK)
+    return value if isinstance(value, int) and value >= 1 else FAILING_STREAK
 
 
 def failure_streak(state: dict[str, Any]) -> int:
@@ -113,7 +125,9 @@ def blocked_by_config(view: JobView) -> str | None:
             f"{view.spec.name}' checks it now (the job reads wedged until a run starts)")
 
 
-def _running_health(view: JobView, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:
+def _claimed_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expired: LeaseExpired) -> JobHealth:
+    """A job with a claim: wedged when the claim is broken, else failing (its last finished run
+    failed), running (a child started) or due (claimed for a slot whose child has not begun)."""
     for run_id, claim in view.claims.items():
         problem = claim_problem(claim, owner_alive, lease_expired)
         if problem == "owner_dead":
@@ -130,8 +144,24 @@ def _running_health(view: JobView, owner_alive: OwnerAlive, lease_expired: Lease
                 "the loop may be hung. 'cronctl resume " + view.spec.name + "' releases it",
                 "platform",
             )
-    runs = ", ".join(_run_where(run_id, claim) for run_id, claim in view.claims.items())
-    return JobHealth("running", f"running ({runs})", None)
+    started = {run_id: claim for run_id, claim in sorted(view.claims.items()) if child_started(claim, now)}
+    where = ", ".join(_run_where(run_id, claim) for run_id, claim in started.items())
+    if view.state.get("last_status") in FAILED_STATUSES:
+        doing = f"; now running {where}" if started else f"; next run {', '.join(view.claims)} is due"
+        return _failing_health(view, doing)
+    if started:
+        return JobHealth("running", f"running ({where})", None)
+    claim = next(iter(view.claims.values()))
+    starts = claim.get("held_until") or claim.get("due_at") or claim.get("slot")
+    return JobHealth("due", f"claimed for its slot {claim.get('slot')}; starts at {starts}", None)
+
+
+def child_started(claim: dict[str, Any], now: datetime) -> bool:
+    """The run's child is past its gate: dispatched, and its start instant has come."""
+    if not claim.get("dispatched"):
+        return False
+    started = from_iso(claim.get("started_at"))
+    return started is None or started <= now
 
 
 def _run_where(run_id: str, claim: Any) -> str:

@@ -16,8 +16,9 @@ from typing import Any, Callable
 from cronctl.durations import parse_duration
 from cronctl.errors import ConfigError, CronctlError
 from cronctl.jobs.chainfields import CHAIN_CHECKS, CHAIN_FIELDS, chain_combo_problems
+from cronctl.jobs.notifyfields import NOTIFY_CHECKS
 from cronctl.jobs.operatorfields import OPERATOR_CHECKS, OPERATOR_FIELDS, STORED_OPERATOR_CHECKS, user_warnings
-from cronctl.models import NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
+from cronctl.models import ALERT_FIELDS, NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
 from cronctl.schedule.cron import check_timezone, parse_at, parse_cron
 from cronctl.timefmt import to_iso
 
@@ -26,10 +27,11 @@ JOB_FIELDS = (
     "kill_grace", "overlap", "catchup", "starting_deadline", "retries", "retry_delay",
     "repeat", "jitter", "grace", "on_failure", "paused", "after", "requires",
     *OPERATOR_FIELDS,
+    *ALERT_FIELDS,
 )
 # A default applies to every job of the file; a job's own identity and schedule cannot be defaulted.
 DEFAULTABLE_FIELDS = tuple(f for f in JOB_FIELDS if f not in ("name", "cron", "every", "at", "command", *CHAIN_FIELDS))
-TOP_LEVEL_KEYS = ("defaults", "jobs")
+TOP_LEVEL_KEYS = ("defaults", "jobs", "notify")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MIN_EVERY = 0.1
 MAX_RETRIES = 100
@@ -105,8 +107,9 @@ def _specs_from_document(path: Path, document: Any, problems: list[str], at_line
     for key in document:
         if key not in TOP_LEVEL_KEYS:
             problems.append(f"{path}:{_line_of(document, key)}: unknown top-level key {key!r} "
-                            "(allowed: defaults, jobs)")
+                            "(allowed: defaults, jobs, notify)")
     defaults = _check_defaults(path, document.get("defaults"), problems)
+    _top_level_notify(path, document, defaults, problems)
     jobs = document.get("jobs")
     if not isinstance(jobs, list):
         problems.append(f"{path}: 'jobs' must be a list of job mappings")
@@ -153,6 +156,20 @@ def _check_defaults(path: Path, defaults: Any, problems: list[str]) -> dict[str,
             continue
         valid[key] = value
     return valid
+
+
+def _top_level_notify(path: Path, document: dict[str, Any], defaults: dict[str, Any], problems: list[str]) -> None:
+    """The file's `notify:` is every job's default; a job's own `notify:` replaces it (SPEC §12)."""
+    if "notify" not in document:
+        return
+    where = f"{path}:{_line_of(document, 'notify')}: notify"
+    if "notify" in defaults:
+        problems.append(f"{where}: given both at the top level and in defaults; keep one")
+        return
+    try:
+        defaults["notify"] = NOTIFY_CHECKS["notify"](document["notify"])
+    except CronctlError as exc:
+        problems.append(f"{where}: {exc}")
 
 
 def _spec_from_entry(path: Path, index: int, raw: Any, defaults: dict[str, Any], problems: list[str]) -> JobSpec | None:
@@ -477,6 +494,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "paused": _check_bool,
     **CHAIN_CHECKS,
     **OPERATOR_CHECKS,
+    **NOTIFY_CHECKS,
 }
 
 

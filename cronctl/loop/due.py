@@ -23,10 +23,14 @@ from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
 from cronctl.store.jsonstore import Store, StoreScan, StoreSignature
 from cronctl.store.lazyjobs import NotStoreForm
+from cronctl.store.notify_owed import ALERTS, OWED
 from cronctl.store.outbox import PENDING
 from cronctl.timefmt import from_iso, to_iso
 
 Instants = tuple[datetime | None, datetime | None, int]
+# What the notification pump looks at (loop/notify_worker.py): owed entries, and a job reported
+# stale or failing (the health pass clears it), or one its config blocks.
+NOTIFY_WATCHED = (OWED, ALERTS, "blocked")
 
 
 class DueIndex:
@@ -109,7 +113,8 @@ class DueIndex:
 
 def watched(entry: dict[str, Any]) -> bool:
     """Whether the loop keeps this job in memory between reads: healing or the outbox may need it."""
-    return is_suspect(entry) or PENDING in entry["state"]
+    state = entry["state"]
+    return is_suspect(entry) or PENDING in state or any(key in state for key in NOTIFY_WATCHED)
 
 
 def _summarize(scan: StoreScan) -> tuple[dict[str, Any], int, Instants]:

@@ -27,6 +27,7 @@ from cronctl.loop.due import DueIndex
 from cronctl.loop.fence import SelfFence
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
 from cronctl.loop.held import ActiveRun, HeldRun
+from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import on_failure_request
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger, command_text
 from cronctl.proc.childsetup import child_setup_of
@@ -132,6 +133,8 @@ class Engine:
         self._saturated = False
         # The document last looked at for a dead writer's pending entries (recover_pending).
         self._outbox_seen: dict[str, Any] | None = None
+        # Owed notifications handed to their worker at the end of each tick (loop/notify_worker.py).
+        self.notifications: NotifyPump | None = None
 
     # --- wiring ----------------------------------------------------------------
 
@@ -161,6 +164,8 @@ class Engine:
         self.release_held()
         self.report_started()
         self.renew_if_due()
+        if self.notifications is not None:
+            self.notifications.pump(self)
         report.sleep_hint = self.sleep_hint()
         return report
 

@@ -39,6 +39,7 @@ from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
+from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notifications
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.proc.kill import kill_run_processes
@@ -141,6 +142,7 @@ class Scheduler:
         self._supervisor_factory = supervisor_factory
         self.supervisor: Supervisor | None = None
         self.engine: Engine | None = None
+        self.notify_worker: NotifyWorker | None = None
         self.takeover: Takeover | None = None
         self.cluster: ClusterMember | None = None  # on PostgreSQL: this loop among the others
         self._first_due: DueIndex | None = None  # the JSON store as read before the loop announced itself
@@ -247,6 +249,7 @@ class Scheduler:
             from cronctl.loop.cluster_life import start_self_fence
 
             self.engine.fence = start_self_fence(self.engine, self.options.lease, self.ctx.clock.monotonic)
+        self.notify_worker = start_notifications(self.ctx, self.engine, f"{os.getpid()}:{gen_id}")
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
                               file=str(self.options.file) if self.options.file else None,
                               previous_pid=(previous or {}).get("pid"),
@@ -327,6 +330,8 @@ class Scheduler:
         assert self.engine is not None
         with self.tick_lock:
             stopped = self.engine.shutdown()
+        if self.notify_worker is not None:
+            self.notify_worker.drain(self.ctx, STOP_DRAIN_S)
         if self.cluster is not None:
             self.cluster.stop()
         self._write_heartbeat(stopped_cleanly=True)

@@ -45,6 +45,7 @@ def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
     findings.extend(_check_sizes(paths))
     findings.append(_check_disk(paths))
     findings.extend(_check_unit(paths, store))
+    findings.extend(_check_notifications(store))
     return findings
 
 
@@ -58,6 +59,28 @@ def _check_unit(paths: Paths, store: Store) -> list[Finding]:
         return []
     found = unit_problem(paths.home, specs)
     return [] if found is None else [Finding("unit", *found)]
+
+
+def _check_notifications(store: Store) -> list[Finding]:
+    """Notifications given up after 24 h of tries (SPEC §12: `notify.abandoned`)."""
+    from cronctl.store.notify_owed import ABANDONED
+
+    try:
+        jobs = store.read()["jobs"]
+    except CronctlError:
+        return []  # the store check says why
+    found = []
+    for name, entry in sorted(jobs.items()):
+        given_up = ((entry.get("state") or {}).get(ABANDONED)) if isinstance(entry, dict) else None
+        if not isinstance(given_up, dict) or not given_up.get("count"):
+            continue
+        last = given_up.get("last") or {}
+        found.append(Finding("notifications", "warn",
+                             f"job '{name}': {given_up['count']} notification(s) abandoned; last: "
+                             f"{last.get('event')} to {last.get('target')} at {last.get('at')} "
+                             f"({last.get('error') or 'refused'})",
+                             f"fix the target, then see 'cronctl audit --job {name} --event notify.abandoned'"))
+    return found
 
 
 def needs_action(findings: list[Finding]) -> bool:
@@ -276,7 +299,7 @@ def _examine_postgres(paths: Paths, store: Store) -> list[Finding]:
                                        "store: their checks are skipped"),
                 _check_pg_loops(health, jobs),
                 *_check_claims(store, pg_judges(health.db_now)),
-                *_check_orphans(paths, store)]
+                *_check_orphans(paths, store), *_check_notifications(store)]
     runs, audit = _check_sizes(paths)
     findings += [runs, Finding("audit", "warn" if health.audit_bytes > AUDIT_WARN_BYTES else "ok",
                                f"the audit table holds {health.audit_bytes / 1e6:.1f} MB")]

@@ -17,11 +17,12 @@ from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus
 from cronctl.ops.chains import chain_metrics
+from cronctl.ops.job_metrics import job_families, notification_counters
 from cronctl.store.claims import LATENESS_BUCKETS
 from cronctl.timefmt import from_iso
 
 LOOP_STATES = ("ok", "stopped", "dead", "wedged", "cannot_write")
-JOB_STATES = ("ok", "running", "paused", "failing", "late", "wedged", "completed")
+JOB_STATES = ("ok", "due", "running", "paused", "failing", "late", "wedged", "completed", "waiting")
 
 
 def metrics_for(ctx: Any) -> bytes:
@@ -77,6 +78,8 @@ class _Collector:
         health = {v.spec.name: job_health(v, self.now, self.owner_alive, self.lease_expired) for v in views}
         yield from self._run_metrics(views, CounterMetricFamily, GaugeMetricFamily)
         yield _job_states(health, GaugeMetricFamily)
+        yield from job_families(views, health, JOB_STATES, GaugeMetricFamily)
+        yield notification_counters(self.doc, CounterMetricFamily)
         yield self._lateness()
         yield from self._heal_counters(CounterMetricFamily)
         yield from chain_metrics(self.doc, CounterMetricFamily, GaugeMetricFamily)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.loop.endpoint import Reply, Route
+from cronctl.ops.job_metrics import CONTENT_TYPE
 from cronctl.ops.metrics import metrics_for
 from cronctl.ops.status import StatusReport, status, status_json
 from cronctl.paths import Paths
@@ -24,21 +25,25 @@ if TYPE_CHECKING:
 
 def probe_routes(paths: Paths, clock: Clock, store_url: StoreUrl | None = None) -> dict[str, Route]:
     """On the loop's store: the JSON home, or (`store_url`) PostgreSQL, where /healthz judges every loop."""
-    # The content type that goes with the text generate_latest() writes.
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     ctx = Context.open(paths.home, clock=clock, store_url=store_url)
     return {
-        "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE_LATEST),
+        "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE),
         "/healthz": lambda: healthz(status(ctx)),
     }
 
 
 def healthz(report: StatusReport) -> Reply:
-    """200 while the loop is ok and nothing is stale, else 503 with the stale jobs and the loop."""
+    """200 while the loop is ok and nothing is stale, else 503.
+
+    One shape whatever the state: `ok`, `loop` (always the loop's object, as `status --json`
+    has it), `jobs` (how many) and `stale` (the stale jobs as `status --stale --json` lists
+    them; [] when ok).
+    """
+    body = healthz_body(report)
+    return Reply(200 if body["ok"] else 503, (json.dumps(body) + "\n").encode())
+
+
+def healthz_body(report: StatusReport) -> dict[str, Any]:
     healthy = report.loop.state == "ok" and not report.stale
-    body: dict[str, Any] = {"ok": healthy, "loop": report.loop.state, "jobs": len(report.jobs)}
-    if not healthy:
-        body["loop"] = report.loop.to_dict()
-        body["stale"] = status_json(report, only_stale=True)["jobs"]
-    return Reply(200 if healthy else 503, (json.dumps(body) + "\n").encode())
+    return {"ok": healthy, "loop": report.loop.to_dict(), "jobs": len(report.jobs),
+            "stale": status_json(report, only_stale=True)["jobs"]}

@@ -12,7 +12,7 @@ from typing import Any
 
 from cronctl.context import Context
 from cronctl.jobs.chain_health import chain_health
-from cronctl.jobs.health import JobHealth, job_health
+from cronctl.jobs.health import JobHealth, alert_limit, failure_streak, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus, loop_status
 from cronctl.ops.liveness import judges
@@ -90,7 +90,16 @@ def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:
                 "fault": j.health.fault, "schedule": j.view.spec.schedule_text,
                 "next_run_at": j.view.state.get("next_run_at"), "last_run_at": j.view.state.get("last_run_at"),
                 "last_status": j.view.state.get("last_status"), "running": sorted(j.view.claims),
+                **alert_fields(j.view),
             }
             for j in jobs
         ],
     }
+
+
+def alert_fields(view: JobView) -> dict[str, Any]:
+    """What `status --json` says of a job's alerting (SPEC §12): its streak, its alert_after and
+    the notifications given up after 24 h of tries."""
+    abandoned = view.state.get("notify_abandoned")
+    return {"consecutive_failures": failure_streak(view.state), "alert_after": alert_limit(view),
+            "notify_abandoned": int(abandoned.get("count") or 0) if isinstance(abandoned, dict) else 0}

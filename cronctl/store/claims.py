@@ -16,7 +16,7 @@ from cronctl.jobs.state import JobView
 from cronctl.models import FAILED_STATUSES, AuditEvent, Catchup, Fault, JobSpec, Overlap, RunStatus, Trigger
 from cronctl.schedule.cron import retry_delay
 from cronctl.schedule.slots import cadence, collect_due, fire_at, starting_deadline
-from cronctl.store import chain_doc
+from cronctl.store import chain_doc, notify_owed
 from cronctl.store.schema import claims_of, find_claim
 from cronctl.timefmt import from_iso, to_iso
 
@@ -376,6 +376,7 @@ def mark_dispatched(doc: dict[str, Any], owner: Owner, runs: list[Dispatched], n
             "started_at": to_iso(now), "started_mono": run.started_mono,
         })
         state = doc["jobs"][run.job]["state"]
+        notify_owed.after_start(doc, run.job, claim, now)
         if claim["trigger"] != Trigger.FORCE:
             state["runs_started"] = int(state.get("runs_started") or 0) + 1
         if claim.get("due_at") and observe:
@@ -478,6 +479,7 @@ def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outc
     _complete_if_done(spec, state)
     chain_rows = chain_doc.after_finish(doc, job, claim, record, retrying, now)
     result.events.extend(Event(name, details) for name, details in chain_rows)
+    notify_owed.after_finish(doc, job, claim, record, outcome.output_tail, chain_rows, now)
     return result
 
 

@@ -39,7 +39,7 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
-from cronctl.store import chains, history, outbox
+from cronctl.store import chains, history, notify_owed, outbox
 from cronctl.store import claims as claims_mod
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
@@ -186,6 +186,19 @@ class LeaseStore(Protocol):
     def flush_settled(self) -> None: ...
 
     def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]: ...
+
+    # Notifications owed (store/notify_owed.py, SPEC §12): the entries due, a lease on some
+    # for one try, each try's outcome; `stale` raised (or cleared) by the loop's health pass.
+
+    def notify_due(self, now: datetime) -> list[notify_owed.Item]: ...
+
+    def notify_take(self, wanted: list[tuple[str, str]], by: str, now: datetime,
+                    lease_s: float) -> list[notify_owed.Item]: ...
+
+    def notify_settle(self, results: list[notify_owed.Result], now: datetime,
+                      policy: notify_owed.RetryPolicy) -> None: ...
+
+    def notify_stale(self, job: str, stale: tuple[str, str] | None, now: datetime) -> bool: ...
 
 
 class JsonLeaseStore:
@@ -460,6 +473,31 @@ class JsonLeaseStore:
             # Again under the lock: two processes recovering at once never deliver one entry twice.
             found = outbox.orphaned(current, writer_alive)
             return outbox.deliver_orphans(current, found, self.audit, self.paths)
+
+    # --- notifications owed (SPEC §12) -------------------------------------------------------
+
+    def notify_due(self, now: datetime) -> list[notify_owed.Item]:
+        return notify_owed.owed_items(self.store.read(), now, leases=False)
+
+    def notify_take(self, wanted: list[tuple[str, str]], by: str, now: datetime,
+                    lease_s: float) -> list[notify_owed.Item]:
+        with self._tx(by_name=True) as doc:
+            # One loop per home: a lease found here is a dead loop's (the caller skips its own tries).
+            return notify_owed.take(doc, wanted, by, now, lease_s, leases=False)
+
+    def notify_settle(self, results: list[notify_owed.Result], now: datetime,
+                      policy: notify_owed.RetryPolicy) -> None:
+        with self._tx(by_name=True) as doc:
+            rows = notify_owed.settle(doc, results, now, policy)
+        self._write([Event(name, details) for name, details in rows])
+
+    def notify_stale(self, job: str, stale: tuple[str, str] | None, now: datetime) -> bool:
+        """`stale`: (state, reason) when the job is late or wedged, None when it is healthy again."""
+        with self._tx(by_name=True) as doc:
+            if stale is None:
+                notify_owed.healthy_again(doc, job)
+                return False
+            return notify_owed.owe_stale(doc, job, stale[0], stale[1], now)
 
     @contextmanager
     def _tx(self, by_name: bool = False) -> Iterator[dict[str, Any]]:

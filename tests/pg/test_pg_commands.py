@@ -51,6 +51,7 @@ _MASKS = (
     (re.compile(r"\b\d+\.\d+s\b"), "<DUR>"),
     (re.compile(r"\bpid[= ]\d+"), "pid <PID>"),
     (re.compile(r"\d(\.\d+)?e\+09"), "<EPOCH>"),
+    (re.compile(r"(cronctl_job_last_duration_seconds\{[^}]*\}) \S+"), r"\1 <DUR>"),
 )
 # fence: its first number comes from the claim instant (store/claims.py next_fence).
 _MASKED_KEYS = {"pid", "generation", "duration", "duration_s", "last_duration", "log", "fence"}

@@ -26,7 +26,7 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import FAILED_STATUSES, AuditEvent, Fault, RunStatus
 from cronctl.paths import Paths
 from cronctl.store import claims as claims_mod
-from cronctl.store import history
+from cronctl.store import history, notify_owed
 from cronctl.store.audit import tell_listeners
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
 from cronctl.store.leases import (  # the private judgments are shared: both backends decide alike
@@ -396,6 +396,34 @@ class PgLeaseStore:
         return [row[0] for row in rows]
 
     # --- the transaction and its instant -------------------------------------------------------
+
+    # --- notifications owed (SPEC §12): any live loop delivers, a lease per entry -----------------
+
+    def notify_due(self, now: datetime) -> list[notify_owed.Item]:
+        with self._read():
+            entries = load_jobs(self.conn, "state ? 'notify_owed'", {}, lock=None)
+            if self.judge_by == "database":
+                row = self.conn.execute("SELECT clock_timestamp()").fetchone()
+                now = row[0] if row is not None else now
+        return notify_owed.owed_items({"jobs": entries}, now)
+
+    def notify_take(self, wanted: list[tuple[str, str]], by: str, now: datetime,
+                    lease_s: float) -> list[notify_owed.Item]:
+        with self._jobs([job for job, _ in wanted]) as tx:
+            return notify_owed.take(tx.doc, wanted, by, self._now(tx, now), lease_s)
+
+    def notify_settle(self, results: list[notify_owed.Result], now: datetime,
+                      policy: notify_owed.RetryPolicy) -> None:
+        with self._jobs([result.job for result in results], meta=True) as tx:
+            rows = notify_owed.settle(tx.doc, results, self._now(tx, now), policy)
+            tx.events.extend(Event(name, details) for name, details in rows)
+
+    def notify_stale(self, job: str, stale: tuple[str, str] | None, now: datetime) -> bool:
+        with self._jobs([job]) as tx:
+            if stale is None:
+                notify_owed.healthy_again(tx.doc, job)
+                return False
+            return notify_owed.owe_stale(tx.doc, job, stale[0], stale[1], self._now(tx, now))
 
     @contextmanager
     def _jobs(self, names: list[str], meta: bool = False) -> Iterator[DocTransaction]:
