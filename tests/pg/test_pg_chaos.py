@@ -40,7 +40,9 @@ def test_three_loops_through_200_faults_never_run_a_slot_twice_nor_lose_one(own_
     assert totals["duplicates"] == 0, totals
     assert totals["overlaps"] == 0, totals
     assert totals["stale_accepted"] == 0, totals
-    assert totals["stale_rejected"] >= 1, totals  # the fence was really tried
+    # Whether a random run of faults happens to produce a stale writer depends on timing (the
+    # self-fence now ends most before they can write): the fence is proven where it is forced,
+    # tests/pg/test_pg_stall_e2e.py (run.fenced after a stall) and the contract's stale finish.
     assert totals["unexplained"] == 0, totals
     assert totals["left_running"] == 0, totals
     assert totals["runs_started"] > 50, totals  # the loops did work between the faults
