@@ -98,9 +98,17 @@ def test_a_failing_upstream_skips_its_dependants_with_upstream_failed() -> None:
     end(doc, running["b"], FAIL)
     done = finish(doc, "c", running["c"].run_id, OWNER, OK, T0)
     skipped = [e.details for e in done.events if e.name == AuditEvent.RUN_SKIPPED]
-    assert skipped == [{"job": "d", "chain": running["c"].spec.env["CRONCTL_CHAIN_ID"], "reason": "upstream_failed",
-                        "upstream": "b", "upstream_status": "error"}]
+    chain_id = running["c"].spec.env["CRONCTL_CHAIN_ID"]
+    assert len(skipped) == 1
+    run_id = skipped[0].pop("run_id")
+    assert skipped == [{"job": "d", "chain": chain_id, "reason": "upstream_failed", "upstream": "b",
+                        "upstream_status": "error", "slot": to_iso(T0), "ended_at": to_iso(T0)}]
     assert nodes(doc)["d"] == "skipped"
+    # The skip is a run of d: its LAST, counted, not a failure (the upstream failed, not d).
+    state = doc["jobs"]["d"]["state"]
+    assert (state["last_status"], state["last_reason"], state["last_run_id"]) == ("skipped", "upstream_failed", run_id)
+    assert state["runs_by_status"] == {"skipped": 1} and not state.get("consecutive_failures")
+    assert doc["chains"][chain_id]["nodes"]["d"]["run_id"] == run_id
     assert next(iter(doc["chains"].values()))["outcome"] == "failed"
 
 

@@ -88,10 +88,9 @@ def history(name: str | None = None, count: int = 20, chain: str | None = None, 
     from cronctl.ops.runs import run_history
 
     if chain is not None:
-        from cronctl.ops.chains import chain_history
-
-        records = chain_history(open_store_context(), chain, name)
-    elif since is not None or status is not None:
+        _chain_history(chain, name, json_out)
+        return
+    if since is not None or status is not None:
         from cronctl.cli.instants import parse_since as _since
         from cronctl.ops.logread import check_statuses, filter_records
 
@@ -105,6 +104,18 @@ def history(name: str | None = None, count: int = 20, chain: str | None = None, 
         render.print_json({"runs": records})
     elif count:  # -n 0 asks for no rows, as `tail -n 0` does: say nothing, claim nothing
         render.history_table(records)
+
+
+def _chain_history(chain: str, name: str | None, json_out: bool) -> None:
+    """`history --chain ID`: every node of the chain in order, skipped ones included, and its outcome."""
+    from cronctl.cli.chainview import chain_history_view
+    from cronctl.ops.chains import chain_report
+
+    report = chain_report(open_store_context(), chain, name).to_dict()
+    if json_out:
+        render.print_json(report)
+    else:
+        chain_history_view(report)
 
 
 def force_run(name: str, wait: bool = False, chain: bool = False, json_out: bool = False) -> int | None:

@@ -50,8 +50,7 @@ def _claim_node(doc: dict[str, Any], chain_id: str, job: str, node: dict[str, An
     _fire_or_skip(view, state, slot, Trigger.RETRY if retrying else Trigger.CHAIN, attempt, False,
                   now, owner, lease, batch)
     if len(batch.claims) == before:  # overlap skip: this chain goes on without it
-        batch.events[-1].details["chain"] = chain_id
-        _rows(batch, chain_doc.skip_node(doc, chain_id, job, "overlap", now, row=False))
+        _rows(batch, chain_doc.skip_node(doc, chain_id, job, "overlap", now, into=batch.events[-1].details))
         return
     new = batch.claims[-1]
     claim = state["claims"][new.run_id]

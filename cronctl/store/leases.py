@@ -39,7 +39,7 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
-from cronctl.store import chains, history, outbox
+from cronctl.store import chain_skips, chains, history, outbox
 from cronctl.store import claims as claims_mod
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
@@ -488,6 +488,8 @@ class JsonLeaseStore:
     def _write(self, events: list[Event]) -> None:
         for event in events:
             self.audit.append(event.name, **event.details)
+        # A chain node skipped in this write is a run: its history record follows its row.
+        chain_skips.write_records(self.paths, [(event.name, event.details) for event in events])
 
     def _deliver(self, rows: list[Event], done: Finished, settle: bool = True) -> None:
         """The rows and record of a committed end (pending in the store until settled)."""
