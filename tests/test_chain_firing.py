@@ -227,6 +227,32 @@ def test_a_dependant_waits_while_its_chain_runs_and_is_wedged_past_its_upstreams
     assert wedged is not None and wedged.state == "wedged" and wedged.stale
 
 
+def test_waiting_names_only_the_upstreams_of_its_own_chain() -> None:
+    from cronctl.jobs.chain_health import chain_health
+    from cronctl.jobs.state import JobView
+    from cronctl.store.chains import start_forced
+
+    doc = diamond()
+    start_forced(doc, "b", "forced-at-b", T0)  # a chain started at b: c is not in it
+    views = {name: JobView.from_entry(entry) for name, entry in doc["jobs"].items()}
+    specs = {name: view.spec for name, view in views.items()}
+    waiting = chain_health(doc["chains"], views["d"], specs, T0)
+    assert waiting is not None and waiting.reason == "waiting on b in chain forced-at-b"
+
+
+def test_a_forced_chain_is_claimed_under_its_own_id_and_a_scheduled_root_is_told_its_chain() -> None:
+    from cronctl.store.chains import mark_roots, start_forced
+
+    doc = diamond()
+    root = claim_due(doc, T0, OWNER, LEASE)
+    mark_roots(doc, root)
+    (a,) = root.claims
+    assert a.extra_env == {"CRONCTL_CHAIN_ID": a.run_id, "CRONCTL_UPSTREAM": ""}
+    start_forced(doc, "c", "20260301T020000-forced00", T0)
+    (c,) = tick(doc).claims
+    assert c.run_id == "20260301T020000-forced00" and c.spec.env["CRONCTL_CHAIN_ID"] == c.run_id
+
+
 def test_chains_are_counted_by_outcome_for_metrics() -> None:
     from cronctl.ops.chains import chain_counts
 

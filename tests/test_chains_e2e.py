@@ -50,6 +50,7 @@ def test_a_diamond_fires_d_once_after_b_and_c_with_the_chain_in_the_environment(
     (root,) = finished(home, "a")
     chain = root["run_id"]
     b_run, c_run = finished(home, "b")[0]["run_id"], finished(home, "c")[0]["run_id"]
+    assert (out / "a").read_text() == f"{chain} \n", "the scheduled root is told the chain it starts"
     assert (out / "b").read_text() == f"{chain} {chain}\n"
     assert (out / "c").read_text() == f"{chain} {chain}\n"
     assert (out / "d").read_text() == f"{chain} {b_run},{c_run}\n", "d once, after both"

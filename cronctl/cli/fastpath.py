@@ -95,7 +95,8 @@ COMMANDS: dict[str, Command] = {
                                    "--http-allow-remote": Opt("http_allow_remote", FLAG),
                                    "--echo-output": Opt("echo_output", FLAG),
                                    "--forget-after": Opt("forget_after", TEXT)}),
-    "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
+    "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG),
+                                               "--alone": Opt("alone", FLAG), **_JSON},
                          ("name",), required=1),
 }
 

@@ -420,7 +420,7 @@ class Engine:
         log_path = self.ctx.paths.run_log(new.job, new.run_id)
         request = RunRequest(
             run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
-            env=run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence),
+            env={**run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence), **new.extra_env},
             timeout=new.spec.timeout, kill_grace=new.spec.kill_grace, log_path=log_path,
             log_cap=new.spec.keep_log or self.options.log_cap, drain_timeout=self.options.drain_timeout,
             setup=child_setup_of(new.spec),

@@ -176,6 +176,8 @@ class LeaseStore(Protocol):
 
     def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
 
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch: ...
+
     # What must follow a run's end (store/outbox.py): delivered by the writer right after
     # the commit; `settle` says an owed on_failure hook was started too; `deliver_pending`
     # completes what a dead writer left (rows, records; the hooks it returns are the
@@ -205,6 +207,7 @@ class JsonLeaseStore:
         with self._tx() as doc:
             batch = claims_mod.claim_due(doc, now, owner, lease, capacity)
             chains.claim_ready(doc, now, owner, lease, batch, capacity)
+            chains.mark_roots(doc, batch)
         self._write(batch.events)
         return batch
 
@@ -214,6 +217,7 @@ class JsonLeaseStore:
             batch = claims_mod.claim_ahead(doc, now, horizon, owner, lease, capacity)
             for new in batch.claims:
                 new.advanced_to = doc["jobs"][new.job]["state"].get("next_run_at")
+            chains.mark_roots(doc, batch)
         self._write(batch.events)
         return batch
 
@@ -433,6 +437,14 @@ class JsonLeaseStore:
             jobs = list(doc["chains"][chain_id]["nodes"])
         self._write(events)
         return chain_id, jobs
+
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
+        """The due nodes of one chain only (`force-run --chain` run here, with no loop)."""
+        batch = ClaimBatch()
+        with self._tx() as doc:
+            chains.claim_ready(doc, now, owner, lease, batch, only=chain_id)
+        self._write(batch.events)
+        return batch
 
     # --- the outbox: what must follow a run's end -----------------------------------------------------
 
