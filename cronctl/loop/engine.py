@@ -485,6 +485,10 @@ class Engine:
             self.active.pop(result.run_id, None)
             self.held.pop(result.run_id, None)
             self._forget_lease(result.run_id)
+        if any(chain_triggered(done) for done in finished):
+            # A dependant became ready in that very write: claim it in this tick (fire_due
+            # follows), not at the next one (SPEC §10: within 50 ms of its upstream's finish).
+            self.due.invalidate()
         for run, done in zip(runs, finished, strict=True):
             self._after_finish(run, done)
         return len(results)
@@ -658,6 +662,11 @@ def run_one(engine: Engine, job: str) -> OneRun | None:
         engine.renew_if_due()
     engine.record_results()
     return OneRun(run_id, records[0] if records else None)
+
+
+def chain_triggered(done: Finished) -> bool:
+    """Whether a finish made a chain node ready to claim (or skipped one, ending its chain)."""
+    return any(event.name in (AuditEvent.CHAIN_TRIGGERED, AuditEvent.CHAIN_STARTED) for event in done.events)
 
 
 def spawn_refused(new: NewClaim, errno_: int | None, error: str) -> Refused:

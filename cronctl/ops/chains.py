@@ -188,4 +188,19 @@ def force_chain(ctx: Context, name: str) -> ForcedChain:
     ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, chain=True)
     chain_id, jobs = ctx.leases.force_chain(name, now)
     specs = {view.spec.name: view.spec for view in ctx.leases.jobs()}
-    return ForcedChain(chain_id, topological(jobs, specs), loop_alive(ctx.paths, now) is not None)
+    live = loop_alive(ctx.paths, now)
+    if live is not None and live.pid:
+        _wake(live.pid)
+    return ForcedChain(chain_id, topological(jobs, specs), live is not None)
+
+
+def _wake(pid: int) -> None:
+    """The loop claims the new chain's first node on the tick this wakes, not within its sleep
+    (the signal a control request wakes it with; with no request waiting it only ticks)."""
+    import os
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        pass  # it looks at the store within its sleep (at most a second) anyway
