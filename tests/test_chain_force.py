@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from loophelp import audit_rows, cli, start_loop, stop, wait_ticking
+from test_json_schemas import check
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +50,7 @@ def test_force_run_of_a_root_runs_its_chain_here_and_exits_with_the_first_failur
     assert lines[-1].startswith(f"chain {chain}:"), "the chain's id is the root run's id"
     assert ids(out, "a") == ids(out, "b") == ids(out, "e") == [chain], "every run of the chain is told it"
     assert ids(out, "c") == []
+    check("history", json.loads(cli(home, "history", "c", "--json").stdout))  # a skipped run, as documented
 
 
 def test_alone_runs_the_root_by_itself_and_contradicts_chain(home: Path, tmp_path: Path) -> None:
@@ -72,6 +74,9 @@ def test_chain_wait_through_the_loop_prints_each_node_and_exits_0_when_all_succe
         assert done.returncode == 0, done.stdout + done.stderr
         data = json.loads(done.stdout)
         assert data["via_loop"] is True and data["outcome"] == "success"
+        assert data["run_id"] == data["chain"] and data["run"]["job"] == "b", "force-run's keys, for the first run"
+        check("force-run", data)
+        check("history", json.loads(cli(home, "history", "--chain", data["chain"], "--json").stdout))
         assert [(n["job"], n["status"]) for n in data["nodes"]] == [("b", "success"), ("c", "success")]
         assert ids(out, "b") == ids(out, "c") == [data["chain"]] and ids(out, "a") == []
         (b_run,) = audit_rows(home, "run.finished", "b")

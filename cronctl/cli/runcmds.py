@@ -153,7 +153,10 @@ def _force_chain(ctx: Any, name: str, wait: bool, json_out: bool) -> int | None:
     done = force_chain_run(ctx, name, wait)
     report = done.report.to_dict() if done.report is not None else None
     if json_out:
+        # run_id / run as for one job (the schema's keys): the chain's first run, whose id the chain has.
+        first = next((r for r in (report or {}).get("runs", []) if r["run_id"] == done.chain_id), None)
         render.print_json({"chain": done.chain_id, "jobs": done.jobs, "via_loop": done.via_loop,
+                           "run_id": done.chain_id, "run": first,
                            **({"outcome": report["outcome"], "nodes": report["nodes"], "runs": report["runs"]}
                               if report is not None else {})})
     elif report is None:
