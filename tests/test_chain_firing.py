@@ -266,6 +266,16 @@ def test_chains_are_counted_by_outcome_for_metrics() -> None:
     assert chain_counts(doc) == ({"failed": 1, "success": 1}, 0)
 
 
+def test_a_forced_chain_runs_its_paused_root_as_a_plain_force_run_would() -> None:
+    from cronctl.store.chains import start_forced
+
+    doc = diamond()
+    doc["jobs"]["a"]["state"]["paused"] = True
+    doc["jobs"]["a"]["state"]["next_run_at"] = None  # nothing scheduled fires
+    start_forced(doc, "a", "20260301T020000-forced01", T0)
+    assert [new.job for new in tick(doc).claims] == ["a"]
+
+
 def test_a_paused_dependant_is_skipped_and_its_chain_goes_on() -> None:
     doc = document(job("a"), job("b", "a"), job("c", "b", requires=Requires.DONE))
     doc["jobs"]["b"]["state"]["paused"] = True

@@ -34,7 +34,11 @@ def claim_ready(doc: dict[str, Any], now: datetime, owner: Owner, lease: Lease, 
             _rows(batch, chain_doc.skip_node(doc, chain_id, job, "job_removed", now))
             continue
         view = JobView.from_entry(entry)
-        if view.paused:  # a paused job does not run; the chain goes on without it rather than wait
+        chain = chain_doc.chains_of(doc)[chain_id]
+        forced_root = bool(chain.get("forced")) and job == chain["root"]
+        if view.paused and not forced_root:
+            # A paused job does not run; the chain goes on without it rather than wait. (The node
+            # an operator forced runs, paused or not, as a plain force-run does.)
             _rows(batch, chain_doc.skip_node(doc, chain_id, job, "paused", now))
             continue
         if capacity is not None and len(batch.claims) >= capacity:
