@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from datetime import datetime
@@ -128,6 +129,7 @@ def main() -> None:
         fan = run_chains(home, "r", [("r", name) for name in FAN], count)
     finally:
         stop_loop(loop)
+        shutil.rmtree(home.parent, ignore_errors=True)
     floor = shell_floor(max(count, 10) * 3)
     floor_p50 = pct(floor, 50)
     headers = ["hop", "n", "p50 ms", "p99 ms", "p50 vs floor"]
