@@ -48,6 +48,10 @@ class RunStatus(StrEnum):
     KILLED = "killed"
     LOST = "lost"
     NOT_STARTED = "not_started"
+    # A chain node that did not run because its chain decided so (SPEC §10): its upstream
+    # did not satisfy `requires` (reason upstream_failed), or it was paused or overlapped.
+    # Not a failure: it bumps no failure streak and starts no retry or on_failure.
+    SKIPPED = "skipped"
 
 
 # The statuses that count as a failure: they bump consecutive_failures, schedule a

@@ -98,9 +98,17 @@ def test_a_failing_upstream_skips_its_dependants_with_upstream_failed() -> None:
     end(doc, running["b"], FAIL)
     done = finish(doc, "c", running["c"].run_id, OWNER, OK, T0)
     skipped = [e.details for e in done.events if e.name == AuditEvent.RUN_SKIPPED]
-    assert skipped == [{"job": "d", "chain": running["c"].spec.env["CRONCTL_CHAIN_ID"], "reason": "upstream_failed",
-                        "upstream": "b", "upstream_status": "error"}]
+    chain_id = running["c"].spec.env["CRONCTL_CHAIN_ID"]
+    assert len(skipped) == 1
+    run_id = skipped[0].pop("run_id")
+    assert skipped == [{"job": "d", "chain": chain_id, "reason": "upstream_failed", "upstream": "b",
+                        "upstream_status": "error", "slot": to_iso(T0), "ended_at": to_iso(T0)}]
     assert nodes(doc)["d"] == "skipped"
+    # The skip is a run of d: its LAST, counted, not a failure (the upstream failed, not d).
+    state = doc["jobs"]["d"]["state"]
+    assert (state["last_status"], state["last_reason"], state["last_run_id"]) == ("skipped", "upstream_failed", run_id)
+    assert state["runs_by_status"] == {"skipped": 1} and not state.get("consecutive_failures")
+    assert doc["chains"][chain_id]["nodes"]["d"]["run_id"] == run_id
     assert next(iter(doc["chains"].values()))["outcome"] == "failed"
 
 
@@ -219,6 +227,32 @@ def test_a_dependant_waits_while_its_chain_runs_and_is_wedged_past_its_upstreams
     assert wedged is not None and wedged.state == "wedged" and wedged.stale
 
 
+def test_waiting_names_only_the_upstreams_of_its_own_chain() -> None:
+    from cronctl.jobs.chain_health import chain_health
+    from cronctl.jobs.state import JobView
+    from cronctl.store.chains import start_forced
+
+    doc = diamond()
+    start_forced(doc, "b", "forced-at-b", T0)  # a chain started at b: c is not in it
+    views = {name: JobView.from_entry(entry) for name, entry in doc["jobs"].items()}
+    specs = {name: view.spec for name, view in views.items()}
+    waiting = chain_health(doc["chains"], views["d"], specs, T0)
+    assert waiting is not None and waiting.reason == "waiting on b in chain forced-at-b"
+
+
+def test_a_forced_chain_is_claimed_under_its_own_id_and_a_scheduled_root_is_told_its_chain() -> None:
+    from cronctl.store.chains import mark_roots, start_forced
+
+    doc = diamond()
+    root = claim_due(doc, T0, OWNER, LEASE)
+    mark_roots(doc, root)
+    (a,) = root.claims
+    assert a.extra_env == {"CRONCTL_CHAIN_ID": a.run_id, "CRONCTL_UPSTREAM": ""}
+    start_forced(doc, "c", "20260301T020000-forced00", T0)
+    (c,) = tick(doc).claims
+    assert c.run_id == "20260301T020000-forced00" and c.spec.env["CRONCTL_CHAIN_ID"] == c.run_id
+
+
 def test_chains_are_counted_by_outcome_for_metrics() -> None:
     from cronctl.ops.chains import chain_counts
 
@@ -230,6 +264,16 @@ def test_chains_are_counted_by_outcome_for_metrics() -> None:
     assert chain_counts(doc) == ({"failed": 1}, 1)
     end(doc, by_job(tick(doc))["b"])
     assert chain_counts(doc) == ({"failed": 1, "success": 1}, 0)
+
+
+def test_a_forced_chain_runs_its_paused_root_as_a_plain_force_run_would() -> None:
+    from cronctl.store.chains import start_forced
+
+    doc = diamond()
+    doc["jobs"]["a"]["state"]["paused"] = True
+    doc["jobs"]["a"]["state"]["next_run_at"] = None  # nothing scheduled fires
+    start_forced(doc, "a", "20260301T020000-forced01", T0)
+    assert [new.job for new in tick(doc).claims] == ["a"]
 
 
 def test_a_paused_dependant_is_skipped_and_its_chain_goes_on() -> None:

@@ -242,6 +242,35 @@ def test_systemd_maps_a_single_success_edge_to_on_success_and_lists_the_rest() -
     assert "started by OnSuccess= of cronctl-a.service" in result.notes["b"][0]
     assert "after b, c (requires success): not translatable" in result.notes["d"][0]
     assert "after a (requires done): not translatable" in result.notes["e"][0]
+    # A unit nothing would start is not written: listed, and the export is partial (exit 1).
+    assert result.omitted == ["d", "e"]
+    assert not any(name.startswith(("cronctl-d.", "cronctl-e.")) for name in files)
+
+
+def test_systemd_strands_what_hangs_below_an_untranslatable_edge_or_an_unexported_upstream() -> None:
+    from datetime import datetime, timezone
+
+    from cronctl.interop.export.formats import export_jobs
+
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    specs = [*DIAMOND.values(), spec("f", "d"), spec("g", "b")]
+    result = export_jobs(specs, "systemd", now)
+    files = {f.name: f.text for f in result.files}
+    assert result.omitted == ["d", "f"]
+    assert "nothing starts d in systemd, so nothing starts this one" in result.notes["f"][0]
+    assert "OnSuccess=cronctl-g.service\n" in files["cronctl-b.service"]
+    assert "\nOnSuccess=" not in files["cronctl-c.service"], "no edge to a unit that is not written"
+    alone = export_jobs([DIAMOND["b"]], "systemd", now)
+    assert alone.omitted == ["b"] and "a is not in this export" in alone.notes["b"][0]
+
+
+def test_export_of_an_untriggerable_chain_exits_1_unless_allow_partial(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - {name: a, every: 1h, command: 'true'}\n"
+                    "  - {name: b, after: a, requires: done, command: 'true'}\n")
+    refused = cli("export", "--format", "systemd", "-f", str(jobs))
+    assert refused.code == 1 and "b" in refused.err and "not translatable" in refused.err
+    assert cli("export", "--format", "systemd", "-f", str(jobs), "--allow-partial").code == 0
 
 
 @pytest.mark.parametrize("fmt", ["crontab", "kubernetes"])

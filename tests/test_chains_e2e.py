@@ -50,6 +50,7 @@ def test_a_diamond_fires_d_once_after_b_and_c_with_the_chain_in_the_environment(
     (root,) = finished(home, "a")
     chain = root["run_id"]
     b_run, c_run = finished(home, "b")[0]["run_id"], finished(home, "c")[0]["run_id"]
+    assert (out / "a").read_text() == f"{chain} \n", "the scheduled root is told the chain it starts"
     assert (out / "b").read_text() == f"{chain} {chain}\n"
     assert (out / "c").read_text() == f"{chain} {chain}\n"
     assert (out / "d").read_text() == f"{chain} {b_run},{c_run}\n", "d once, after both"
@@ -73,6 +74,27 @@ def test_a_failing_b_skips_d_and_requires_done_runs_e_anyway(home: Path, tmp_pat
     assert not (out / "d").exists()
     assert len((out / "e").read_text().splitlines()) == 1
     assert audit_rows(home, "chain.finished")[0]["outcome"] == "failed"
+    chain = finished(home, "a")[0]["run_id"]
+    # The skip is a run of d: in its history, in the chain's, in status, show and metrics.
+    (record,) = json.loads(cli(home, "history", "d", "--json").stdout)["runs"]
+    assert (record["status"], record["reason"], record["upstream"], record["chain"]) == \
+        ("skipped", "upstream_failed", "b", chain)
+    assert record["run_id"] == skipped[0]["run_id"]
+    assert "upstream_failed: b error" in cli(home, "history", "d").stdout
+    listed = json.loads(cli(home, "history", "--chain", chain, "--json").stdout)
+    assert [node["job"] for node in listed["nodes"]][:1] == ["a"] and listed["outcome"] == "failed"
+    assert {run["job"]: run["status"] for run in listed["runs"]} == \
+        {"a": "success", "b": "error", "c": "success", "d": "skipped", "e": "success"}
+    text = cli(home, "history", "--chain", chain).stdout
+    assert text.rstrip().splitlines()[-1].startswith(f"chain {chain}: failed"), text
+    jobs = {job["name"]: job for job in json.loads(cli(home, "status", "--json").stdout)["jobs"]}
+    assert jobs["d"]["last_status"] == "skipped" and jobs["d"]["state"] == "ok", jobs["d"]
+    assert jobs["d"]["reason"] == f"skipped in chain {chain} (upstream b ended error)"
+    shown = cli(home, "show", "a").stdout
+    assert "d  [skipped: upstream b error]" in shown and f"last chain {chain}: failed" in shown, shown
+    nodes = json.loads(cli(home, "show", "d", "--json").stdout)["chains"][0]["nodes"]
+    assert nodes["d"]["status"] == "skipped" and nodes["d"]["upstream"] == "b"
+    assert 'cronctl_runs_total{job="d",status="skipped"} 1.0' in cli(home, "metrics").stdout
 
 
 def test_retries_of_b_delay_d_and_do_not_rerun_a(home: Path, tmp_path: Path) -> None:
@@ -150,7 +172,8 @@ def test_the_operator_sees_waiting_the_graph_the_chain_history_and_metrics(home:
         assert states["d"] == "waiting" and states["e"] == "waiting", status.stdout
         shown = cli(home, "show", "a")
         assert shown.returncode == 0
-        assert "chain:\n  a  [success]  every 1s\n  ├── b  [running]  after a\n" in shown.stdout
+        assert "  a  [success]  every 1s\n  ├── b  [running]  after a\n" in shown.stdout, shown.stdout
+        assert "chain:\n  last chain " in shown.stdout
         gate.touch()
         wait_until(lambda: audit_rows(home, "chain.finished"), 60)
         chain = finished(home, "a")[0]["run_id"]

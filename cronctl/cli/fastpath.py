@@ -97,7 +97,8 @@ COMMANDS: dict[str, Command] = {
                                    "--echo-output": Opt("echo_output", FLAG),
                                    "--forget-after": Opt("forget_after", TEXT),
                                    "--http-token": Opt("http_token", TEXT)}),
-    "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG), **_JSON},
+    "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG),
+                                               "--alone": Opt("alone", FLAG), **_JSON},
                          ("name",), required=1),
 }
 

@@ -138,15 +138,17 @@ def list_jobs(json_out: bool = False) -> None:
 def show(name: str, json_out: bool = False) -> None:
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
+    from cronctl.ops.chains import chain_graph
 
     ctx = open_context()
-    views.job_shown(ops.show_job(ctx, name), ctx, json_out)
-    if not json_out:
-        from cronctl.ops.chains import chain_graph
-
-        graph = chain_graph(ctx, name)
-        for tree in graph.trees if graph else []:
-            render.say("\nchain:\n" + "\n".join("  " + line for line in tree))
+    shown = ops.show_job(ctx, name)
+    graph = chain_graph(ctx, name)
+    if json_out and graph is not None:  # a chain job: each root's last chain, node by node
+        render.print_json({**views.job_json(shown, ctx), "chains": graph.last})
+        return
+    views.job_shown(shown, ctx, json_out)
+    for tree in graph.trees if graph and not json_out else []:
+        render.say("\nchain:\n" + "\n".join("  " + line for line in tree))
 
 
 def next_fires(name: str | None = None, count: int = 5, from_: str | None = None, json_out: bool = False) -> None:

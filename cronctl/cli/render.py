@@ -427,6 +427,8 @@ def run_reason(record: dict[str, Any]) -> str | None:
 
     if record.get("reason") in LIMIT_WORDS:
         return LIMIT_WORDS[str(record["reason"])]
+    if record.get("status") == "skipped" and record.get("upstream"):  # a chain node (SPEC §10)
+        return f"{record.get('reason')}: {record['upstream']} {record.get('upstream_status') or 'did not succeed'}"
     if record.get("reason") == "blocked_config" and record.get("output_tail"):
         return f"blocked_config: {record['output_tail']}"  # what is missing, as the run found it
     signal = record.get("signal")
@@ -462,7 +464,10 @@ def _finished(row: dict[str, Any]) -> str:
 
 
 def _skipped(row: dict[str, Any]) -> str | None:
-    slot = str(row.get("slot", ""))[11:23]
+    slot = str(row.get("slot") or "")[11:23]
+    if row.get("chain"):  # a chain node the chain did not run: which chain, and which upstream
+        upstream = f": {row['upstream']} ended {row.get('upstream_status')}" if row.get("upstream") else ""
+        return f"skipped   in chain {row['chain']} ({row.get('reason')}{upstream})"
     if row.get("reason") != "cancelled_before_slot":
         return f"skipped   slot {slot} ({row.get('reason')})"
     if row.get("why") == "shutdown":

@@ -96,10 +96,9 @@ def history(name: str | None = None, count: int = 20, chain: str | None = None, 
     from cronctl.ops.runs import run_history
 
     if chain is not None:
-        from cronctl.ops.chains import chain_history
-
-        records = chain_history(open_store_context(), chain, name)
-    elif since is not None or status is not None:
+        _chain_history(chain, name, json_out)
+        return
+    if since is not None or status is not None:
         from cronctl.cli.instants import parse_since as _since
         from cronctl.ops.logread import check_statuses, filter_records
 
@@ -115,13 +114,30 @@ def history(name: str | None = None, count: int = 20, chain: str | None = None, 
         render.history_table(records)
 
 
-def force_run(name: str, wait: bool = False, chain: bool = False, json_out: bool = False) -> int | None:
-    if chain:
-        _force_chain(name, wait, json_out)
-        return None
-    from cronctl.ops import runs as runops
+def _chain_history(chain: str, name: str | None, json_out: bool) -> None:
+    """`history --chain ID`: every node of the chain in order, skipped ones included, and its outcome."""
+    from cronctl.cli.chainview import chain_history_view
+    from cronctl.ops.chains import chain_report
 
-    result = runops.force_run(open_context(), name, wait)
+    report = chain_report(open_store_context(), chain, name).to_dict()
+    if json_out:
+        render.print_json(report)
+    else:
+        chain_history_view(report)
+
+
+def force_run(name: str, wait: bool = False, chain: bool = False, json_out: bool = False,
+              alone: bool = False) -> int | None:
+    from cronctl.errors import UsageError
+    from cronctl.ops import runs as runops
+    from cronctl.ops.chain_force import starts_chain
+
+    if chain and alone:
+        raise UsageError("--chain and --alone contradict each other: --alone runs the job by itself")
+    ctx = open_context()
+    if chain or (not alone and starts_chain(ctx, name)):
+        return _force_chain(ctx, name, wait, json_out)
+    result = runops.force_run(ctx, name, wait)
     record = result.record
     if json_out:
         render.print_json({"run_id": result.run_id, "via_loop": result.via_loop, "run": record})
@@ -136,17 +152,26 @@ def force_run(name: str, wait: bool = False, chain: bool = False, json_out: bool
     return None
 
 
-def _force_chain(name: str, wait: bool, json_out: bool) -> None:
-    """`force-run NODE --chain`: the chain is recorded; the loop runs it (not this process)."""
-    from cronctl.errors import UsageError
-    from cronctl.ops.chains import force_chain
+def _force_chain(ctx: Any, name: str, wait: bool, json_out: bool) -> int | None:
+    """A new chain at `name` (SPEC §10): through the running loop, or here when none runs;
+    with --wait (or run here) each node's outcome is printed once the chain has ended."""
+    from cronctl.cli.chainview import node_outcomes, outcome_line
+    from cronctl.ops.chain_force import force_chain_run
 
-    if wait:
-        raise UsageError("--wait does not apply with --chain; follow it with 'cronctl history --chain ID'")
-    forced = force_chain(open_context(), name)
+    done = force_chain_run(ctx, name, wait)
+    report = done.report.to_dict() if done.report is not None else None
     if json_out:
-        render.print_json({"chain": forced.chain_id, "jobs": forced.jobs, "via_loop": forced.loop_running})
-        return
-    when = "the running loop starts it" if forced.loop_running else "it starts when 'cronctl run' runs"
-    render.say(f"chain {forced.chain_id} of {', '.join(forced.jobs)}: {when}; "
-               f"'cronctl history --chain {forced.chain_id}' lists its runs")
+        # run_id / run as for one job (the schema's keys): the chain's first run, whose id the chain has.
+        first = next((r for r in (report or {}).get("runs", []) if r["run_id"] == done.chain_id), None)
+        render.print_json({"chain": done.chain_id, "jobs": done.jobs, "via_loop": done.via_loop,
+                           "run_id": done.chain_id, "run": first,
+                           **({"outcome": report["outcome"], "nodes": report["nodes"], "runs": report["runs"]}
+                              if report is not None else {})})
+    elif report is None:
+        render.say(f"chain {done.chain_id} of {', '.join(done.jobs)}: the running loop starts it; "
+                   f"'cronctl history --chain {done.chain_id}' lists its runs")
+    else:
+        render.print_lines([*node_outcomes(report), outcome_line(report)])
+    if report is None:
+        return None
+    return done.exit_code if wait else 0

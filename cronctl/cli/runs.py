@@ -155,14 +155,16 @@ def force_run(
     wait: Annotated[bool, typer.Option("--wait", help="Wait and exit with the run's status "
                                        "(0, the job's exit code, 124 on timeout).")] = False,
     chain: Annotated[bool, typer.Option("--chain", help="Start a new chain here: the job, then the jobs "
-                                        "after it.")] = False,
+                                        "after it (with --wait: exit 0 only if every one succeeded).")] = False,
+    alone: Annotated[bool, typer.Option("--alone", help="A chain's root by itself, starting no chain "
+                                        "(force-run ROOT otherwise starts one, as its schedule would).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Fire a job now, once, outside its schedule (next_run_at is not moved).
 
     Example: cronctl force-run backup --wait
     """
-    finish(runcmds.force_run(name, wait, chain, json_out))
+    finish(runcmds.force_run(name, wait, chain, json_out, alone))
 
 
 @app.command()

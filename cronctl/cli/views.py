@@ -92,6 +92,9 @@ def field_text(value: Any) -> str:
 def next_fire_text(view: JobView) -> str:
     if view.paused:
         return "paused (no fire until 'cronctl resume " + view.spec.name + "')"
+    if view.spec.after:  # a chain job has no fire of its own: its upstreams' ends start it (SPEC §10)
+        said = describe(view.spec)
+        return f"no schedule of its own: runs {said[0].lower()}{said[1:]}"
     if view.next_run_at is None:
         return "no further fires"
     return "next fire " + render.fire_text(fire_at(view.spec, view.next_run_at), view.spec.timezone)

@@ -38,7 +38,24 @@ def chain_health(chains: Mapping[str, Any], view: JobView, specs: Mapping[str, J
             return JobHealth("wedged", f"chain {chain_id} started {chain['started_at']} and this job still waits "
                                        f"({node['status']}), past the {limit:g}s its upstreams may take; "
                                        "is 'cronctl run' running?", "platform")
-        return JobHealth("waiting", _waiting_reason(chain_id, view.spec, node), None)
+        return JobHealth("waiting", _waiting_reason(chain_id, view.spec, node, chain["nodes"]), None)
+    return skipped_health(chains, view)
+
+
+def skipped_health(chains: Mapping[str, Any], view: JobView) -> JobHealth | None:
+    """A node its last chain skipped is not failing (its upstream is): `ok`, in words that
+    name the chain and the upstream, where health.py would say only "last run skipped"."""
+    state = view.state
+    if state.get("last_status") != "skipped":
+        return None
+    run_id = state.get("last_run_id")
+    for chain_id, chain in chains.items():
+        node = chain["nodes"].get(view.spec.name) or {}
+        if node.get("run_id") == run_id and node.get("status") == "skipped":
+            upstream = node.get("upstream_job")
+            why = (f"upstream {upstream} ended {node.get('upstream_status')}" if upstream
+                   else str(node.get("reason")))
+            return JobHealth("ok", f"skipped in chain {chain_id} ({why})", None)
     return None
 
 
@@ -68,9 +85,12 @@ def _ancestors(name: str, specs: Mapping[str, JobSpec]) -> set[str]:
     return found
 
 
-def _waiting_reason(chain_id: str, spec: JobSpec, node: dict[str, Any]) -> str:
+def _waiting_reason(chain_id: str, spec: JobSpec, node: dict[str, Any], nodes: Mapping[str, Any]) -> str:
     if node["status"] == "ready":
         return f"ready in chain {chain_id}: its upstreams ended; the loop starts it on its next tick"
     if node["status"] == "retrying":
         return f"retry {node.get('attempt')} at {node.get('due_at')} in chain {chain_id}"
-    return f"waiting on {', '.join(spec.after)} in chain {chain_id}"
+    # Only the upstreams in this chain that have not ended (a chain forced at b has no c).
+    pending = [up for up in spec.after if (nodes.get(up) or {}).get("status") in ("waiting", "ready", "running",
+                                                                                 "retrying")]
+    return f"waiting on {', '.join(pending or [up for up in spec.after if up in nodes])} in chain {chain_id}"

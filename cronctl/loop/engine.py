@@ -425,7 +425,7 @@ class Engine:
         log_path = self.ctx.paths.run_log(new.job, new.run_id)
         request = RunRequest(
             run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
-            env=run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence),
+            env={**run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence), **new.extra_env},
             timeout=new.spec.timeout, kill_grace=new.spec.kill_grace, log_path=log_path,
             log_cap=new.spec.keep_log or self.options.log_cap, drain_timeout=self.options.drain_timeout,
             setup=child_setup_of(new.spec),
@@ -490,6 +490,10 @@ class Engine:
             self.active.pop(result.run_id, None)
             self.held.pop(result.run_id, None)
             self._forget_lease(result.run_id)
+        if any(chain_triggered(done) for done in finished):
+            # A dependant became ready in that very write: claim it in this tick (fire_due
+            # follows), not at the next one (SPEC §10: within 50 ms of its upstream's finish).
+            self.due.invalidate()
         for run, done in zip(runs, finished, strict=True):
             self._after_finish(run, done)
         return len(results)
@@ -663,6 +667,11 @@ def run_one(engine: Engine, job: str) -> OneRun | None:
         engine.renew_if_due()
     engine.record_results()
     return OneRun(run_id, records[0] if records else None)
+
+
+def chain_triggered(done: Finished) -> bool:
+    """Whether a finish made a chain node ready to claim (or skipped one, ending its chain)."""
+    return any(event.name in (AuditEvent.CHAIN_TRIGGERED, AuditEvent.CHAIN_STARTED) for event in done.events)
 
 
 def spawn_refused(new: NewClaim, errno_: int | None, error: str) -> Refused:

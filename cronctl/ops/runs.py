@@ -187,7 +187,7 @@ def _force_here(ctx: Context, name: str, read: tuple[dict[str, Any], Any] | None
     from cronctl.loop.on_failure import ON_FAILURE_TIMEOUT
 
     release_dead_claims(ctx, name, _liveness(ctx), kill_run_processes, read[0] if read else None)
-    engine = build_engine(ctx, _cli_owner())
+    engine = build_engine(ctx, cli_owner())
     if read is not None and isinstance(engine.due, DueIndex):
         engine.due.seed(*read)  # out of date if a claim was released meanwhile: then read again
     engine.supervisor.start()
@@ -230,7 +230,7 @@ def _liveness(ctx: Context) -> Liveness:
     return Liveness(owner_alive=alive, lease_expired=expired, monotonic=ctx.clock.monotonic)
 
 
-def _cli_owner() -> Owner:
+def cli_owner() -> Owner:
     """This CLI process as the owner of the one run it supervises."""
     me = procs.identify(os.getpid())
     return Owner(f"cli-{uuid.uuid4().hex[:8]}", os.getpid(), me.start_time if me else 0.0, procs.boot_id())

@@ -29,6 +29,7 @@ from typing import Any
 from cronctl.jobs.graph import descendants_of
 from cronctl.jobs.state import JobView
 from cronctl.models import AuditEvent, JobSpec, Requires, RunStatus, Trigger
+from cronctl.store import chain_skips
 from cronctl.timefmt import from_iso, to_iso
 
 WAITING, READY, RUNNING, RETRYING, SKIPPED = "waiting", "ready", "running", "retrying", "skipped"
@@ -134,7 +135,7 @@ def propagate(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:
             if spec is None or not spec.after:
                 # Removed, or edited onto a schedule of its own, while the chain ran.
                 reason = "job_removed" if spec is None else "definition_changed"
-                rows += _skip(chain_id, name, node, reason, None, None, now)
+                rows += _skip(doc, chain_id, name, reason, None, None, now)
                 changed = True
                 continue
             upstreams = [up for up in spec.after if up in nodes]
@@ -147,7 +148,7 @@ def propagate(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:
                 rows.append((AuditEvent.CHAIN_TRIGGERED, {"chain": chain_id, "job": name, "after": upstreams,
                                                           "upstream": node["upstream"]}))
             else:
-                rows += _skip(chain_id, name, node, UPSTREAM_FAILED, blocker, nodes[blocker]["status"], now)
+                rows += _skip(doc, chain_id, name, UPSTREAM_FAILED, blocker, nodes[blocker]["status"], now)
             changed = True
     return rows + _end_if_done(doc, chain_id, now)
 
@@ -163,23 +164,29 @@ def _unsatisfied(spec: JobSpec, upstreams: list[str], nodes: dict[str, dict[str,
     return None
 
 
-def _skip(chain_id: str, name: str, node: dict[str, Any], reason: str, upstream: str | None,
-          upstream_status: str | None, now: datetime) -> list[Row]:
+def _skip(doc: dict[str, Any], chain_id: str, name: str, reason: str, upstream: str | None,
+          upstream_status: str | None, now: datetime, into: dict[str, Any] | None = None) -> list[Row]:
+    """The node is skipped; unless it left the chain, the skip is a run of its job (chain_skips).
+    `into`: the details of a row the caller wrote already (completed here, not written again)."""
+    node = chains_of(doc)[chain_id]["nodes"][name]
+    details: dict[str, Any] = into if into is not None else {"job": name}
+    details.update({"chain": chain_id, "reason": reason, "upstream": upstream, "upstream_status": upstream_status})
+    skip_id = chain_skips.record_skip(doc, chain_id, name, details, now)
     node.clear()
     node.update({"status": SKIPPED, "reason": reason, "ended_at": to_iso(now)})
+    if skip_id is not None:
+        node["run_id"] = skip_id
     if upstream is not None:
-        node["upstream_job"] = upstream
-    return [(AuditEvent.RUN_SKIPPED, {"job": name, "chain": chain_id, "reason": reason,
-                                      "upstream": upstream, "upstream_status": upstream_status})]
+        node.update({"upstream_job": upstream, "upstream_status": upstream_status})
+    return [(AuditEvent.RUN_SKIPPED, details)] if into is None else []
 
 
 def skip_node(doc: dict[str, Any], chain_id: str, name: str, reason: str, now: datetime,
-              row: bool = True) -> list[Row]:
+              into: dict[str, Any] | None = None) -> list[Row]:
     """A node that is not claimed (paused, removed, refused by overlap): skipped; its
-    dependants follow. `row=False` when the caller already wrote the node's own row."""
-    node = chains_of(doc)[chain_id]["nodes"][name]
-    rows = _skip(chain_id, name, node, reason, None, None, now)
-    return (rows if row else []) + propagate(doc, chain_id, now)
+    dependants follow. `into`: the details of the node's own row, when the caller wrote it."""
+    rows = _skip(doc, chain_id, name, reason, None, None, now, into)
+    return rows + propagate(doc, chain_id, now)
 
 
 def _end_if_done(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:

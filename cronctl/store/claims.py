@@ -78,6 +78,9 @@ class NewClaim:
     # Claimed ahead: what the claim set next_run_at to (handing the slot back restores it).
     advanced_to: str | None = None
     fence: int = 0  # the claim's fence number, given to the job as CRONCTL_FENCE (next_fence)
+    # What the run is told beside its spec's env, not part of the spec (a run claimed ahead is
+    # handed back when its spec changed): a chain root's CRONCTL_CHAIN_ID (store/chains.py).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,7 +219,7 @@ def _claim_job(view: JobView, state: dict[str, Any], now: datetime, owner: Owner
 
 def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger: Trigger, attempt: int, late: bool,
                   now: datetime, owner: Owner, lease: Lease, batch: ClaimBatch,
-                  held_until: datetime | None = None, due_at: str | None = None) -> None:
+                  held_until: datetime | None = None, due_at: str | None = None, run_id: str | None = None) -> None:
     spec = view.spec
     claims: dict[str, Any] = state.setdefault("claims", {})
     replaces: list[str] = []
@@ -228,7 +231,7 @@ def _fire_or_skip(view: JobView, state: dict[str, Any], slot: datetime, trigger:
         return
     if claims and spec.overlap is Overlap.REPLACE:
         replaces = list(claims)
-    new = NewClaim(spec.name, new_run_id(now), slot, trigger.value, attempt, spec, late, replaces, held_until,
+    new = NewClaim(spec.name, run_id or new_run_id(now), slot, trigger.value, attempt, spec, late, replaces, held_until,
                    fence=next_fence(state, now))
     claims[new.run_id] = _claim_record(new, owner, lease, now)
     if due_at is not None:  # a retry is late from its own due time, not from its slot's

@@ -39,7 +39,7 @@ from cronctl.jobs.state import JobView, get_entry
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus
 from cronctl.paths import Paths
 from cronctl.schedule.slots import first_slot
-from cronctl.store import chains, history, notify_owed, outbox
+from cronctl.store import chain_skips, chains, history, notify_owed, outbox
 from cronctl.store import claims as claims_mod
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, Outcome, Owner
@@ -176,6 +176,8 @@ class LeaseStore(Protocol):
 
     def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
 
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch: ...
+
     # What must follow a run's end (store/outbox.py): delivered by the writer right after
     # the commit; `settle` says an owed on_failure hook was started too; `deliver_pending`
     # completes what a dead writer left (rows, records; the hooks it returns are the
@@ -218,6 +220,7 @@ class JsonLeaseStore:
         with self._tx() as doc:
             batch = claims_mod.claim_due(doc, now, owner, lease, capacity)
             chains.claim_ready(doc, now, owner, lease, batch, capacity)
+            chains.mark_roots(doc, batch)
         self._write(batch.events)
         return batch
 
@@ -227,6 +230,7 @@ class JsonLeaseStore:
             batch = claims_mod.claim_ahead(doc, now, horizon, owner, lease, capacity)
             for new in batch.claims:
                 new.advanced_to = doc["jobs"][new.job]["state"].get("next_run_at")
+            chains.mark_roots(doc, batch)
         self._write(batch.events)
         return batch
 
@@ -447,6 +451,14 @@ class JsonLeaseStore:
         self._write(events)
         return chain_id, jobs
 
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
+        """The due nodes of one chain only (`force-run --chain` run here, with no loop)."""
+        batch = ClaimBatch()
+        with self._tx() as doc:
+            chains.claim_ready(doc, now, owner, lease, batch, only=chain_id)
+        self._write(batch.events)
+        return batch
+
     # --- the outbox: what must follow a run's end -----------------------------------------------------
 
     def settle(self, runs: list[tuple[str, str]]) -> None:
@@ -526,6 +538,8 @@ class JsonLeaseStore:
     def _write(self, events: list[Event]) -> None:
         for event in events:
             self.audit.append(event.name, **event.details)
+        # A chain node skipped in this write is a run: its history record follows its row.
+        chain_skips.write_records(self.paths, [(event.name, event.details) for event in events])
 
     def _deliver(self, rows: list[Event], done: Finished, settle: bool = True) -> None:
         """The rows and record of a committed end (pending in the store until settled)."""

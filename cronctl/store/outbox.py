@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cronctl.paths import Paths
-from cronctl.store import history
+from cronctl.store import chain_skips, history
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import Event, Finished
 
@@ -111,6 +111,7 @@ def deliver_orphans(doc: dict[str, Any], found: list[tuple[str, str]], audit: Au
         for name, details in item.get("rows") or []:
             if (name, run_id) not in seen:
                 audit.append(name, **details)
+        chain_skips.write_records(paths, [(name, details) for name, details in item.get("rows") or []], dedupe=True)
         record = item.get("record")
         if record is not None and history.find_record(paths, job, run_id) is None:
             keep_runs = (doc["jobs"].get(job) or {}).get("keep_runs")  # the job's own retention (SPEC §13)

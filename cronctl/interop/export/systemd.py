@@ -13,7 +13,7 @@ from datetime import datetime
 
 from cronctl.durations import format_duration
 from cronctl.interop.export.base import ExportFile, ExportResult, comment_block, shared_notes
-from cronctl.interop.export.chains import chain_note, maps_to_on_success, on_success_targets
+from cronctl.interop.export.chains import chain_note, maps_to_on_success, on_success_targets, untriggered
 from cronctl.interop.oncalendar import at_oncalendar, every_oncalendar, oncalendar_lines
 from cronctl.interop.translate import dst_notes
 from cronctl.models import Catchup, JobSpec, Overlap
@@ -34,9 +34,16 @@ def unit_names(name: str) -> tuple[str, str, str]:
 def export_systemd(specs: Sequence[JobSpec], now: datetime) -> ExportResult:
     result = ExportResult("systemd")
     followers = on_success_targets(specs)
+    stranded = untriggered(specs)
     for spec in specs:
         schedule, notes = _timer_lines(spec, now)
         notes += _field_notes(spec) + shared_notes(spec, "systemd")
+        if spec.name in stranded:
+            # A unit nothing would ever start is no translation: listed, and not written. (Its
+            # first note, from _timer_lines, is the one about its chain edge: replaced by why.)
+            result.notes[spec.name] = [stranded[spec.name], *notes[1:]]
+            result.omitted.append(spec.name)
+            continue
         result.notes[spec.name] = notes
         service, timer, failure = unit_names(spec.name)
         result.files.append(ExportFile(service, _service(spec, notes, followers.get(spec.name, []))))

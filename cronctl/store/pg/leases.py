@@ -378,6 +378,10 @@ class PgLeaseStore:
         raise StoreError("job chains are not available on the PostgreSQL store yet; "
                          "use the JSON store (no --store) for jobs with 'after'")
 
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
+        raise StoreError("job chains are not available on the PostgreSQL store yet; "
+                         "use the JSON store (no --store) for jobs with 'after'")
+
     def history(self, job: str | None, count: int | None = None) -> list[dict[str, Any]]:
         """Ended runs' records with the host that ran them, the last `count` of them.
 
