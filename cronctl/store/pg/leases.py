@@ -39,7 +39,6 @@ from cronctl.store.leases import (  # the private judgments are shared: both bac
     _changed_since_claim,
     adopt_claims,
     rearm_wedged,
-    reclaim_claim,
     run_claim,
 )
 from cronctl.store.outbox import OwedHook, WriterAlive
@@ -48,7 +47,7 @@ from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
 from cronctl.store.pg.fired import drop_fired
 from cronctl.store.pg.lease_fence import renewed_since_judged, restart_leases
 from cronctl.store.pg.schema import LIVE_STATES
-from cronctl.store.pg.takeover import held_by_silent_loops, take_over, without_held
+from cronctl.store.pg.takeover import held_by_silent_loops, reclaim_in, take_over, without_held
 from cronctl.store.schema import bump_counter, find_claim
 
 JudgeBy = Literal["database", "caller"]
@@ -256,13 +255,7 @@ class PgLeaseStore:
             judged = self._now(tx, now)
             if renewed_since_judged(tx.doc, job, run_id, reason, judged):
                 return False
-            reclaimed = reclaim_claim(tx.doc, job, run_id, seen_owner, reason, judged, processes_killed)
-            if reclaimed is None:
-                return False
-            done, rows = reclaimed
-            tx.events.extend(rows)
-            tx.keep_record(done.record)
-        return True
+            return reclaim_in(tx, job, run_id, seen_owner, reason, judged, processes_killed)
 
     def end_past_deadline(self, job: str, run_id: str, deadline_s: float, now: datetime,
                           processes_killed: int) -> bool:

@@ -88,10 +88,15 @@ def take_over(tx: DocTransaction, job: str, run_id: str) -> bool:
 
 def _record_not_started(tx: DocTransaction, job: str, run_id: str, claim: dict[str, Any]) -> bool:
     """A forced run has no slot to fire again: it is ended `not_started`, recorded, as any reclaim."""
+    return reclaim_in(tx, job, run_id, Owner.from_dict(claim["owner"]), OWNER_UNREACHABLE, tx.db_now, 0)
+
+
+def reclaim_in(tx: DocTransaction, job: str, run_id: str, seen_owner: Owner | None, reason: str,
+               judged: Any, processes_killed: int) -> bool:
+    """`reclaim_claim` inside `tx`, its rows and record kept for the commit; False when fenced."""
     from cronctl.store.leases import reclaim_claim
 
-    reclaimed = reclaim_claim(tx.doc, job, run_id, Owner.from_dict(claim["owner"]), OWNER_UNREACHABLE,
-                              tx.db_now, 0)
+    reclaimed = reclaim_claim(tx.doc, job, run_id, seen_owner, reason, judged, processes_killed)
     if reclaimed is None:
         return False
     done, rows = reclaimed
