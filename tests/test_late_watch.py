@@ -105,3 +105,28 @@ def test_the_bound_never_comes_after_the_health_rule_calls_the_job_late() -> Non
     broken = _entry("b", T0)
     broken["state"]["next_run_at"] = "not a time"
     assert late_bound(broken) is None
+
+
+def test_slots_compared_as_text_keep_what_the_bound_says() -> None:
+    """The text shortcut (default grace, canonical slot) keeps, and notes next, what late_bound says."""
+    import random
+
+    from cronctl.loop.late_watch import LateWatch
+
+    rng = random.Random(3)
+    for _ in range(200):
+        entries = []
+        for i in range(12):
+            entry = _entry(f"j{i}", T0 + timedelta(milliseconds=rng.randrange(-400_000, 400_000)),
+                           grace=rng.choice([None, None, 1.0, 300.0]), notify=rng.choice([HOOK, HOOK, None]))
+            if rng.random() < 0.2:  # another offset, or microseconds, as a hand-edited store may hold
+                slot = datetime.fromisoformat(entry["state"]["next_run_at"])
+                entry["state"]["next_run_at"] = slot.astimezone(timezone(timedelta(hours=2))).isoformat()
+            entries.append(entry)
+        cutoff = T0 + timedelta(milliseconds=rng.randrange(-100_000, 100_000))
+        watch = LateWatch(cutoff)
+        kept = [watch.keeps(entry) for entry in entries]
+        bounds = [late_bound(entry) for entry in entries]
+        assert kept == [b is not None and b <= cutoff for b in bounds]
+        rest = [b for b, k in zip(bounds, kept, strict=True) if b is not None and not k]
+        assert watch.next_bound == (min(rest) if rest else None)

@@ -147,7 +147,7 @@ def _summarize(scan: StoreScan, late: LateWatch) -> tuple[dict[str, Any], int, I
             pass  # a store written by hand: parsed whole below (which says what is wrong, if anything)
     # Chains are decided over every job (a running node's claim), so such a store is read whole.
     doc = scan.whole()
-    late.next_bound = None  # what a first try noted is counted again
+    late.reset()  # what a first try noted is counted again
     return _fold(doc, iter(doc["jobs"].items()), chain_doc.earliest_chain_fire(doc), late)
 
 
