@@ -88,6 +88,10 @@ class ClusterDueIndex:
     def invalidate(self) -> None:
         self._stale = True
 
+    def watch_late(self, now: datetime) -> bool:
+        """Nothing to keep: the health pass asks the database for late jobs (`suspects(late_by=)`)."""
+        return False
+
 
 def cluster_liveness(host: str, boot: str, db_now: Callable[[], datetime], monotonic: Callable[[], float],
                      margin_s: float = LEASE_MARGIN_S) -> Liveness:

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronctl.loop.heal import is_suspect
+from cronctl.loop.late_watch import LateWatch
 from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
 from cronctl.store.jsonstore import Store, StoreScan, StoreSignature
@@ -44,6 +45,10 @@ class DueIndex:
         self._job_count = 0
         self._steady = False  # within steady(): looked at the store already
         self._looked = False
+        # Jobs with notify targets late (at the least) by this instant are kept too, and the
+        # earliest instant another may turn late (loop/late_watch.py): see `watch_late`.
+        self._late_cutoff: datetime | None = None
+        self._next_late: datetime | None = None
 
     @contextmanager
     def steady(self) -> Iterator[None]:
@@ -62,7 +67,9 @@ class DueIndex:
         scan, signature = self.store.scan_if_changed(self._signature)
         if scan is None:
             return
-        self._doc, self._job_count, self._instants = _summarize(scan)
+        late = LateWatch(self._late_cutoff)
+        self._doc, self._job_count, self._instants = _summarize(scan, late)
+        self._next_late = late.next_bound
         self._signature = signature
 
     def seed(self, doc: dict[str, Any], signature: StoreSignature) -> None:
@@ -72,10 +79,23 @@ class DueIndex:
         self._doc = doc
         self._job_count = len(doc["jobs"])
         self._instants = None
+        self._next_late = None  # every job is in memory until the next read
 
     def invalidate(self) -> None:
         """Our own write changed the store: recompute on the next refresh."""
         self._signature = None
+
+    def watch_late(self, now: datetime) -> bool:
+        """For the health pass: once a job with notify targets may have gone late since the
+        last read (its slot plus grace passed and nothing was written), read again keeping the
+        jobs late by `now`. True when it read again; an on-time loop never does."""
+        self.refresh()
+        if self._next_late is None or self._next_late > now:
+            return False
+        self._late_cutoff = now
+        self.invalidate()
+        self.refresh()
+        return True
 
     @property
     def doc(self) -> dict[str, Any]:
@@ -117,28 +137,29 @@ def watched(entry: dict[str, Any]) -> bool:
     return is_suspect(entry) or PENDING in state or any(key in state for key in NOTIFY_WATCHED)
 
 
-def _summarize(scan: StoreScan) -> tuple[dict[str, Any], int, Instants]:
+def _summarize(scan: StoreScan, late: LateWatch) -> tuple[dict[str, Any], int, Instants]:
     """The watched jobs (under the store's top-level keys), the job count and the instants."""
     top, jobs = scan.one_by_one()
     if not top.get("chains"):
         try:
-            return _fold(top, jobs, None)
+            return _fold(top, jobs, None, late)
         except NotStoreForm:
             pass  # a store written by hand: parsed whole below (which says what is wrong, if anything)
     # Chains are decided over every job (a running node's claim), so such a store is read whole.
     doc = scan.whole()
-    return _fold(doc, iter(doc["jobs"].items()), chain_doc.earliest_chain_fire(doc))
+    late.reset()  # what a first try noted is counted again
+    return _fold(doc, iter(doc["jobs"].items()), chain_doc.earliest_chain_fire(doc), late)
 
 
 def _fold(top: dict[str, Any], jobs: Iterator[tuple[str, Any]],
-          chain_fire: datetime | None) -> tuple[dict[str, Any], int, Instants]:
+          chain_fire: datetime | None, late: LateWatch) -> tuple[dict[str, Any], int, Instants]:
     found = _Instants()
     kept: dict[str, Any] = {}
     count = 0
     for name, entry in jobs:
         count += 1
         found.add(entry)
-        if watched(entry):
+        if watched(entry) or late.keeps(entry):
             kept[name] = entry
     return {**top, "jobs": kept}, count, found.result(chain_fire)
 

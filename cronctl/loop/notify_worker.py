@@ -8,7 +8,9 @@ and settles the outcomes in one write: a receiver that hangs or refuses delays n
 On PostgreSQL the worker itself asks the database what is owed (every POLL_EVERY s): any
 live loop delivers, and the lease on each entry makes each key go out once among them.
 The health pass (`stale`) also runs from the pump: a job found late or wedged owes
-`stale` once, until it is healthy again.
+`stale` once, until it is healthy again. It looks at the jobs the loop keeps in memory, and
+these include a job with targets whose slot plus grace has passed unclaimed (loop/late_watch.py);
+on PostgreSQL it asks the database for the same (`PgLeaseStore.suspects(late_by=...)`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from cronctl.store.leases import LeaseStore
 from cronctl.store.notify_owed import ALERTS, Item, Result, RetryPolicy, owed_items, targets_of
 
 
+class LateWatcher(Protocol):
+    def watch_late(self, now: datetime) -> bool: ...
+
+
 class Engine(Protocol):
     """What the pump needs of the engine (engine.py imports this module, not the reverse)."""
 
     @property
     def doc(self) -> dict[str, Any]: ...
+
+    @property
+    def due(self) -> LateWatcher: ...
 
     ctx: Any
 POOL_SIZE = 8
@@ -227,7 +236,10 @@ class NotifyPump:
             self.worker.offer(owed_items(doc, self.clock.now(), leases=False))
         if mono - self._last_health >= HEALTH_EVERY:
             self._last_health = mono
-            health_pass(engine.ctx.leases, doc, self.clock.now())
+            now = self.clock.now()
+            if engine.due.watch_late(now):  # a job may have gone late unwritten: now in memory
+                doc = engine.doc
+            health_pass(engine.ctx.leases, doc, now)
 
 
 def health_pass(leases: LeaseStore, doc: dict[str, Any], now: datetime) -> int:
@@ -261,7 +273,8 @@ def start_notifications(ctx: Any, engine: Any, by: str) -> NotifyWorker:
             return leases.notify_due(ctx.clock.now())  # type: ignore[no-any-return]
 
         def health() -> int:
-            return health_pass(leases, leases.suspects(), ctx.clock.now())
+            now = ctx.clock.now()
+            return health_pass(leases, leases.suspects(late_by=now), now)
 
     worker = NotifyWorker(leases, ctx.clock, by, poll=poll, health=health)
     worker.start()

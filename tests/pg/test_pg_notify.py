@@ -7,13 +7,14 @@ so however the two loops interleave, the receiver sees every key once.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.loophelp import stop, wait_until
-from tests.pg.clusterhelp import rows, seed, start_host_loop
+from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
 from tests.receivers import Receiver
 
 pytestmark = pytest.mark.slow
@@ -45,3 +46,50 @@ def test_two_loops_deliver_each_key_once(tmp_path: Path, store_url: str) -> None
     hosts = {host for (host,) in rows(store_url, "SELECT DISTINCT host_id FROM cronctl_audit "
                                                  "WHERE event = 'notify.sent'")}
     assert hosts  # who sent is recorded; either loop may
+
+
+LATE = """
+jobs:
+  - name: hog
+    every: 1h
+    command: "sleep 300"
+  - name: victim
+    every: 2s
+    grace: 1s
+    command: "true"
+    notify: [{{url: "{url}", on: [stale]}}]
+"""
+
+
+def test_a_job_gone_late_gives_one_stale_per_episode(tmp_path: Path, store_url: str) -> None:
+    """The loop's health pass asks the database for jobs whose next instant has passed
+    (`wake_at`): a job kept from starting (--max-parallel 1 taken by a forced long run)
+    owes `stale` once, and again after it ran in between."""
+    receiver = Receiver()
+    seed(store_url, tmp_path, LATE.format(url=receiver.url))
+    home = tmp_path / "host-a"
+    loop = start_host_loop(home, store_url, "host-a", "--max-parallel", "1")
+
+    def stale() -> list[str]:
+        return [body["status"] for body in receiver.bodies() if body["job"] == "victim" and body["event"] == "stale"]
+
+    def victim_ran_since(count: int) -> bool:
+        return one(store_url, "SELECT count(*) FROM cronctl_runs WHERE job = 'victim' AND record IS NOT NULL") > count
+
+    try:
+        wait_until(lambda: victim_ran_since(0), timeout=60)
+        assert run_cli(home, store_url, "host-a", "force-run", "hog").returncode == 0
+        wait_until(stale, timeout=60, interval=0.2)
+        time.sleep(12)  # two more health passes (every 5 s) while it stays late: nothing more
+        assert stale() == ["late"]
+        assert run_cli(home, store_url, "host-a", "kill", "hog").returncode == 0
+        ran = one(store_url, "SELECT count(*) FROM cronctl_runs WHERE job = 'victim' AND record IS NOT NULL")
+        wait_until(lambda: victim_ran_since(ran), timeout=60)  # a success: healthy, re-armed
+        assert run_cli(home, store_url, "host-a", "force-run", "hog").returncode == 0
+        wait_until(lambda: len(stale()) == 2, timeout=60, interval=0.2)
+    finally:
+        run_cli(home, store_url, "host-a", "kill", "hog")
+        code = stop(loop)
+        receiver.stop()
+    assert code == 0
+    assert stale() == ["late", "late"]

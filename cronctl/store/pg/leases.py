@@ -55,6 +55,8 @@ JudgeBy = Literal["database", "caller"]
 _BY_NAMES = "name = ANY(%(names)s)"
 # The instant in a sub-select (a parameter, not a volatile call per row), so the index on wake_at range-scans.
 _DUE = "NOT paused AND wake_at <= (SELECT coalesce(%(now)s, clock_timestamp()))"
+# A job the health pass may find late: unpaused, with targets, its next instant passed.
+_MAY_BE_LATE = "NOT paused AND wake_at IS NOT NULL AND wake_at <= %(late_by)s AND spec ? 'notify'"
 _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
 
 
@@ -314,13 +316,19 @@ class PgLeaseStore:
             entries = load_jobs(self.conn, "name = %(name)s", {"name": name}, lock=None)
         return JobView.from_entry(get_entry({"jobs": entries}, name))
 
-    def suspects(self) -> dict[str, Any]:
-        """The jobs the healer looks at (a live run, or a failed last run), as a document."""
+    def suspects(self, late_by: datetime | None = None) -> dict[str, Any]:
+        """The jobs the healer looks at (a live run, or a failed last run), as a document.
+
+        `late_by` (the health pass, SPEC §12): also the unpaused jobs with notify targets whose
+        next instant (`wake_at`, on its index) is at or before it: those that may be late.
+        """
         with self._read():
             jobs = load_jobs(self.conn, "name IN (SELECT job FROM cronctl_runs WHERE state = ANY(%(live)s))"
                              " OR state ->> 'last_status' = ANY(%(failed)s)",
                              {"live": list(LIVE_STATES), "failed": sorted(str(s.value) for s in FAILED_STATUSES)},
                              lock=None)
+            if late_by is not None:
+                jobs.update(load_jobs(self.conn, _MAY_BE_LATE, {"late_by": late_by}, lock=None))
         return {"jobs": jobs}
 
     def counters(self) -> dict[str, int]:
