@@ -68,12 +68,19 @@ def run(ctx: Context, status_: RunStatus, output: str = "", exit_code: int | Non
 
 
 def deliver(ctx: Context, worker: NotifyWorker, timeout: float = 30.0) -> None:
-    """Offer what is owed now and wait until the worker has settled every try."""
-    worker.offer(ctx.leases.notify_due(ctx.clock.now()))
+    """Offer what is owed now and wait until the worker has settled every try, offering
+    again while more is due: one job's notifications go out one at a time, in order, so
+    a job's second notification is due only once its first has settled."""
     deadline = time.monotonic() + timeout
-    while worker._busy():
-        assert time.monotonic() < deadline, "the worker did not settle in time"
-        time.sleep(0.02)
+    while True:
+        due = ctx.leases.notify_due(ctx.clock.now())
+        if not due:
+            return
+        worker.offer(due)
+        while worker._busy():
+            assert time.monotonic() < deadline, "the worker did not settle in time"
+            time.sleep(0.02)
+        assert time.monotonic() < deadline, "notifications kept coming due"
 
 
 def audit(ctx: Context, event: str) -> list[dict[str, Any]]:
