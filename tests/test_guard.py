@@ -15,8 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cronctl.proc.guard import GUARD_NAME
-from tests.loophelp import audit_rows, kill_hard, start_loop, stop, store, wait_ticking, wait_until
+from tests.loophelp import audit_rows, is_guard, kill_hard, start_loop, stop, store, wait_ticking, wait_until
 from tests.runnerhelp import Results, request
 
 pytestmark = pytest.mark.slow
@@ -87,13 +86,16 @@ def test_a_run_that_ignores_sigterm_is_sigkilled_after_its_grace(tmp_path: Path)
     assert took < 1.5 + 1.0 + 8.0
 
 
-def test_a_run_that_ends_takes_its_guard_with_it(tmp_path: Path, supervisor, results: Results) -> None:  # type: ignore[no-untyped-def]
-    def guards() -> list[psutil.Process]:
-        return [p for p in psutil.Process().children() if GUARD_NAME in " ".join(p.cmdline())]
+def guards() -> list[psutil.Process]:
+    """This process's guards that have exec'd their shell (a fork that has not yet exec'd
+    still shows this interpreter's command line: wait for the guard, never race it)."""
+    return [p for p in psutil.Process().children() if is_guard(p)]
 
+
+def test_a_run_that_ends_takes_its_guard_with_it(tmp_path: Path, supervisor, results: Results) -> None:  # type: ignore[no-untyped-def]
     req = request(tmp_path, "sleep 0.2")
     supervisor.spawn_gated(req)
-    assert len(guards()) == 1
+    assert len(wait_until(guards, timeout=30)) == 1
     supervisor.open_gates([req.run_id])
     assert results.wait(req.run_id).status == "success"
     assert guards() == []
@@ -103,7 +105,7 @@ def test_a_guard_is_no_part_of_the_run(tmp_path: Path, supervisor, results: Resu
     """Its own session, no run id: the run's end (drain, leftovers) never waits for it or counts it."""
     req = request(tmp_path, "true")
     child = supervisor.spawn_gated(req)
-    guard = next(p for p in psutil.Process().children() if GUARD_NAME in " ".join(p.cmdline()))
+    [guard] = wait_until(guards, timeout=30)
     assert os.getsid(guard.pid) == guard.pid != os.getsid(child.pid)
     assert "CRONCTL_RUN_ID" not in guard.environ()
     supervisor.open_gates([req.run_id])
