@@ -78,7 +78,7 @@ JOB_SCRIPT = (
     '|| echo "overlap $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"; '
     'echo "end $CRONCTL_JOB $CRONCTL_SLOT $CRONCTL_ATTEMPT $CRONCTL_RUN_ID" >> "$LEDGER"'
 )
-ACTIONS = (("kill", 3), ("kill_down", 1), ("stop", 4), ("stall", 2), ("terminate", 3), ("restart_fast", 0.5),
+ACTIONS = (("kill", 3), ("kill_down", 2), ("stop", 4), ("stall", 2), ("terminate", 3), ("restart_fast", 0.5),
            ("restart_immediate", 0.5))
 KILL_GRACE_S = 1.0
 DOWN_S = (LEASE_S + MARGIN_S + 1.0, LEASE_S + MARGIN_S + 16.0)  # a loop killed and not restarted stays down
