@@ -320,31 +320,18 @@ def analyse(url: str, ledger: Path) -> dict[str, Any]:
             "SELECT r.state FROM cronctl_runs AS r JOIN cronctl_audit AS a"
             " ON a.run_id = r.run_id AND a.event = 'claim.reclaimed'").fetchall()
         live = conn.execute("SELECT count(*) FROM cronctl_runs WHERE state IN ('claimed', 'running')").fetchone()
-    accounted: dict[str, set[str]] = {}
-    missed_ranges: dict[str, list[tuple[datetime, datetime]]] = {}
-    for event, job, _run_id, slot, details in audit:
-        if event in ("run.skipped", "run.spawn_failed", "claim.reclaimed") and slot is not None:
-            accounted.setdefault(job, set()).add(slot.isoformat(timespec="milliseconds"))
-        elif event == "run.missed" and slot is not None:
-            first = datetime.fromisoformat(details.get("first_missed") or slot.isoformat())
-            missed_ranges.setdefault(job, []).append((first, slot))
-    for job, slot, _attempt in starts:
-        accounted.setdefault(job, set()).add(slot)
-    for job, slot, _state in runs:  # claimed, and its ending recorded (a killed or never-started run too)
-        accounted.setdefault(job, set()).add(slot.isoformat(timespec="milliseconds"))
-    unexplained, grid_total, examples = 0, 0, []
+    accounted, missed_ranges = _accounting(audit, starts, runs)
+    unexplained, examples, slots_by = 0, [], Counter[str]()
     for name, every, _nap in JOBS:
         step = timedelta(seconds=_seconds(every))
         slots = sorted(slot for job, slot, _state in runs if job == name)
-        if not slots:
-            continue
-        at = slots[0]
-        while at <= slots[-1]:
-            grid_total += 1
+        at = slots[0] if slots else None
+        while at is not None and at <= slots[-1]:
             key = at.isoformat(timespec="milliseconds")
-            covered = key in accounted.get(name, set()) or any(
-                first <= at <= last for first, last in missed_ranges.get(name, []))
-            if not covered:
+            why = accounted.get(name, {}).get(key) or next(
+                ("missed" for first, last in missed_ranges.get(name, []) if first <= at <= last), None)
+            slots_by[why or "unexplained"] += 1
+            if why is None:
                 unexplained += 1
                 examples.append(f"{name} {key}")
             at += step
@@ -355,11 +342,31 @@ def analyse(url: str, ledger: Path) -> dict[str, Any]:
         "stale_accepted": sum(1 for (state,) in reclaimed_states if state not in ("lost", "not_started")),
         "stale_rejected": sum(1 for row in audit if row[0] == "run.fenced"),
         "reclaimed": sum(1 for row in audit if row[0] == "claim.reclaimed"),
-        "slots": grid_total,
+        "slots": sum(slots_by.values()),
+        "slots_by": dict(slots_by.most_common()),
         "unexplained": unexplained,
         "unexplained_first": examples[:5],
         "live_runs_left": int(live[0]) if live else -1,
     }
+
+
+def _accounting(audit: list[Any], starts: dict[tuple[str, str, str], set[str]],
+                runs: list[Any]) -> tuple[dict[str, dict[str, str]], dict[str, list[tuple[datetime, datetime]]]]:
+    """job -> slot -> what became of it (the first that applies: started, its run's ending,
+    an audit row), and job -> the ranges of slots `run.missed` rows count."""
+    accounted: dict[str, dict[str, str]] = {}
+    for job, slot, _attempt in starts:
+        accounted.setdefault(job, {})[slot] = "started"
+    for job, slot, state in runs:  # claimed, and its ending recorded (a killed or never-started run too)
+        accounted.setdefault(job, {}).setdefault(slot.isoformat(timespec="milliseconds"), f"claimed, {state}")
+    missed_ranges: dict[str, list[tuple[datetime, datetime]]] = {}
+    for event, job, _run_id, slot, details in audit:
+        if event in ("run.skipped", "run.spawn_failed", "claim.reclaimed") and slot is not None:
+            accounted.setdefault(job, {}).setdefault(slot.isoformat(timespec="milliseconds"), event)
+        elif event == "run.missed" and slot is not None:
+            first = datetime.fromisoformat(details.get("first_missed") or slot.isoformat())
+            missed_ranges.setdefault(job, []).append((first, slot))
+    return accounted, missed_ranges
 
 
 def _seconds(every: str) -> float:
