@@ -35,6 +35,9 @@ stopped, and the ledger and the database are checked:
   kill_grace + 1 s, still there 3 s later; checked after every action and, once every loop
   is stopped, any process of a run at all (bench/chaos_procs.py). `live_runs_left` counts
   the runs the store still has `claimed` or `running` at the end;
+- loops died: a loop that exited by itself (an `internal error`, or `cannot reach the
+  PostgreSQL store` from a loop already running); each is restarted at the next action and
+  counted, with its exit status and last error line;
 - unexplained slots: grid slots between a job's first and last claimed slot that neither
   started, nor were claimed with their ending recorded, nor have a `run.missed`,
   `run.skipped`, `run.spawn_failed` or `claim.reclaimed` row.
@@ -133,6 +136,17 @@ class Host:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
+    def exited_by_itself(self) -> int | None:
+        """The exit status of a loop that ended without being killed by the bench, else None."""
+        if self.proc is None or self.down_until is not None:
+            return None
+        return self.proc.poll()
+
+    def last_error(self) -> str:
+        lines = (self.home / "loop.log").read_text(errors="replace").splitlines()
+        errors = [line for line in lines[-60:] if line.startswith("cronctl: ") and "error" in line]
+        return errors[-1][:200] if errors else (lines[-1][:200] if lines else "")
+
     def kill_for(self, seconds: float) -> None:
         self.kill()
         self.killed_at = time.monotonic()
@@ -168,8 +182,21 @@ class Chaos:
     rng: random.Random
     done: Counter[str] = field(default_factory=Counter)
     last_restart: float = 0.0
+    began: float = field(default_factory=time.monotonic)
+    deaths: list[str] = field(default_factory=list)  # loops that ended by themselves
+
+    def revive_dead(self) -> None:
+        """A loop that exited by itself is a failure to report (it must ride every fault out);
+        it is restarted so the chaos goes on with three loops."""
+        for host in self.hosts:
+            status = host.exited_by_itself()
+            if status is not None:
+                self.deaths.append(f"{host.name} exit {status} at {time.monotonic() - self.began:.0f} s: "
+                                   f"{host.last_error()}")
+                host.start()
 
     def act(self) -> None:
+        self.revive_dead()
         for host in self.hosts:
             host.wake_if_due()
         kinds, weights = zip(*ACTIONS, strict=True)
@@ -264,6 +291,7 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
         while time.monotonic() < settle_until:
             time.sleep(0.5)
             leftovers.scan()
+            chaos.revive_dead()
         for host in hosts:
             assert host.proc is not None
             host.proc.send_signal(signal.SIGTERM)
@@ -274,7 +302,8 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
         summary = analyse(server.url, ledger)
         summary.update(actions=dict(chaos.done), loops=loops, seed=seed, seconds=round(time.monotonic() - started, 1),
                        processes_left=len(leftovers.found), processes_left_first=leftovers.report()[:5],
-                       process_scans=leftovers.scans)
+                       process_scans=leftovers.scans, loops_died=len(chaos.deaths),
+                       loops_died_first=chaos.deaths[:8])
         return summary
     finally:
         for host in hosts:
