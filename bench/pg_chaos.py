@@ -35,9 +35,11 @@ stopped, and the ledger and the database are checked:
   kill_grace + 1 s, still there 3 s later; checked after every action and, once every loop
   is stopped, any process of a run at all (bench/chaos_procs.py). `live_runs_left` counts
   the runs the store still has `claimed` or `running` at the end;
-- loops died: a loop that exited by itself (an `internal error`, or `cannot reach the
-  PostgreSQL store` from a loop already running); each is restarted at the next action and
-  counted, with its exit status and last error line;
+- loops died: a loop that exited by itself after `loop running`, or with an `internal
+  error`; `loops_refused_start` counts the loops that, restarted while the store was out of
+  reach, said so in one line and exited 1 before running (by design: a supervisor restarts
+  them). Each is restarted at the next action and listed with its exit status and last
+  error line;
 - unexplained slots: grid slots between a job's first and last claimed slot that neither
   started, nor were claimed with their ending recorded, nor have a `run.missed`,
   `run.skipped`, `run.spawn_failed` or `claim.reclaimed` row.
@@ -110,6 +112,7 @@ class Host:
     proc: subprocess.Popen[bytes] | None = None
     stopped_until: float | None = None  # SIGSTOPped until this monotonic instant
     proxy: StallProxy | None = None  # its way to the database (self.url goes through it)
+    log_from: int = 0  # where the current loop's lines start in loop.log
     stalled_until: float | None = None  # its network stalled until this monotonic instant
     down_until: float | None = None  # killed, and restarted at this monotonic instant
     killed_at: float | None = None  # when it was killed, while it is down
@@ -125,6 +128,7 @@ class Host:
         env.pop("CRONCTL_FAULT_LOOP_CRASH", None)
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / "loop.log", "ab")  # noqa: SIM115 - the loop keeps it
+        self.log_from = log.tell()  # this loop's lines start here
         self.proc = subprocess.Popen([*cronctl(), "--home", str(self.home), "run", "--lease", f"{LEASE_S:g}s"],
                                      env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.stopped_until = None
@@ -142,10 +146,18 @@ class Host:
             return None
         return self.proc.poll()
 
-    def last_error(self) -> str:
-        lines = (self.home / "loop.log").read_text(errors="replace").splitlines()
-        errors = [line for line in lines[-60:] if line.startswith("cronctl: ") and "error" in line]
-        return errors[-1][:200] if errors else (lines[-1][:200] if lines else "")
+    def how_it_ended(self) -> tuple[str, str]:
+        """("refused_start" | "crashed", its last error line) for a loop that exited by itself:
+        it refused to start when it said one plain error line before `loop running` (the store
+        out of reach as it started: exit 1, by design); anything else is a crash."""
+        with open(self.home / "loop.log", "rb") as log:
+            log.seek(self.log_from)
+            lines = log.read().decode(errors="replace").splitlines()
+        errors = [line for line in lines if line.startswith("cronctl: ") and "error" in line]
+        last = errors[-1][:200] if errors else (lines[-1][:200] if lines else "")
+        ran = any(line.startswith("cronctl: loop running") for line in lines)
+        clean = bool(errors) and not any("internal error" in line for line in errors)
+        return ("crashed" if ran or not clean else "refused_start"), last
 
     def kill_for(self, seconds: float) -> None:
         self.kill()
@@ -183,7 +195,8 @@ class Chaos:
     done: Counter[str] = field(default_factory=Counter)
     last_restart: float = 0.0
     began: float = field(default_factory=time.monotonic)
-    deaths: list[str] = field(default_factory=list)  # loops that ended by themselves
+    deaths: list[str] = field(default_factory=list)  # loops that crashed (exited by themselves)
+    refused: list[str] = field(default_factory=list)  # loops that would not start: the store out of reach
 
     def revive_dead(self) -> None:
         """A loop that exited by itself is a failure to report (it must ride every fault out);
@@ -191,8 +204,9 @@ class Chaos:
         for host in self.hosts:
             status = host.exited_by_itself()
             if status is not None:
-                self.deaths.append(f"{host.name} exit {status} at {time.monotonic() - self.began:.0f} s: "
-                                   f"{host.last_error()}")
+                kind, line = host.how_it_ended()
+                (self.deaths if kind == "crashed" else self.refused).append(
+                    f"{host.name} exit {status} at {time.monotonic() - self.began:.0f} s: {line}")
                 host.start()
 
     def act(self) -> None:
@@ -303,7 +317,8 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
         summary.update(actions=dict(chaos.done), loops=loops, seed=seed, seconds=round(time.monotonic() - started, 1),
                        processes_left=len(leftovers.found), processes_left_first=leftovers.report()[:5],
                        process_scans=leftovers.scans, loops_died=len(chaos.deaths),
-                       loops_died_first=chaos.deaths[:8])
+                       loops_died_first=chaos.deaths[:8], loops_refused_start=len(chaos.refused),
+                       loops_refused_start_first=chaos.refused[:3])
         return summary
     finally:
         for host in hosts:
