@@ -4,6 +4,7 @@ heal waits for the next tick. Never `internal error: AdminShutdown` (found by be
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -11,6 +12,8 @@ import pytest
 
 from cronctl.context import Context
 from cronctl.loop.cluster_life import check_store_at_start, first_heal
+from cronctl.store.backends import PgSession
+from cronctl.store.pg import connect as pgconnect
 from cronctl.store.pg.connect import Connection, StoreUnreachableError
 from cronctl.store.pg.leases import PgLeaseStore
 
@@ -54,3 +57,23 @@ def test_a_first_heal_that_fails_otherwise_still_fails() -> None:
 
     with pytest.raises(ValueError, match="a bug"):
         first_heal(broken)
+
+
+def test_a_connection_cut_as_soon_as_opened_is_the_plain_cannot_reach_error(
+        store_url: str, connections: Callable[[], Connection], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema check of a fresh connection is its first query: a backend terminated before
+    it (every command and every loop start opens one) is StoreUnreachableError, exit 1."""
+    admin = connections()
+    opened = pgconnect.connect
+
+    def cut_at_once(*args: Any, **kwargs: Any) -> Connection:
+        conn = opened(*args, **kwargs)
+        with admin.transaction():
+            admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        time.sleep(0.2)  # the backend's exit is asynchronous
+        return conn
+
+    monkeypatch.setattr(pgconnect, "connect", cut_at_once)
+    with pytest.raises(StoreUnreachableError, match=r"^cannot reach the PostgreSQL store postgresql://.*: ") as err:
+        PgSession(pgconnect.parse_store_url(store_url)).conn()
+    assert "terminating connection" in str(err.value) or "closed the connection" in str(err.value)
