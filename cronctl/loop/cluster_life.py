@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -39,15 +40,22 @@ def check_cluster_lease(ctx: Context, lease_s: float) -> None:
     check_lease(lease_s, graces, DEFAULT_KILL_GRACE)
 
 
-def check_store_at_start(ctx: Context, lease_s: float) -> None:
-    """Reachable, of a schema this cronctl knows, with room for the self-fence; a connection
-    lost during these reads is StoreUnreachableError (exit 1, one line), never an internal error."""
+@contextmanager
+def refused_start_on_outage() -> Iterator[None]:
+    """Around what a loop does on the store before it announces itself: a connection lost
+    meanwhile is StoreUnreachableError (exit 1, one line), never an internal error."""
     try:
-        ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
-        check_cluster_lease(ctx, lease_s)
+        yield
     except CONNECTION_LOST as exc:
         raise StoreUnreachableError(f"cannot reach the PostgreSQL store: {_first_line(exc)}; "
                                     "the loop did not start") from exc
+
+
+def check_store_at_start(ctx: Context, lease_s: float) -> None:
+    """Reachable, of a schema this cronctl knows, with room for the self-fence."""
+    with refused_start_on_outage():
+        ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
+        check_cluster_lease(ctx, lease_s)
 
 
 def first_heal(heal: Callable[[], object]) -> None:

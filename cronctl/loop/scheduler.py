@@ -284,7 +284,10 @@ class Scheduler:
         leases.set_deadline(deadline_for(self.options.lease))  # SPEC §9: 5 s, at most a quarter of the lease
         member = ClusterMember(leases, self.ctx.clock, host_id(), self.boot, os.getpid(), start,
                                str(self.ctx.paths.home), say=self._say)
-        member.register()
+        from cronctl.loop.cluster_life import refused_start_on_outage
+
+        with refused_start_on_outage():  # before `scheduler.started`: the loop did not start
+            member.register()
         return member
 
     def _watch(self) -> None:
