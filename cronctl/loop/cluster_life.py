@@ -1,7 +1,10 @@
 """A loop's start and stop on PostgreSQL where they differ from the JSON store's (SPEC §9).
 
 - At start: the lease must leave room for the self-fence of every job (`check_cluster_lease`),
-  and the fence thread is started (`start_self_fence`).
+  and the fence thread is started (`start_self_fence`). A connection lost meanwhile (a
+  backend terminated, the server restarting) is the plain "cannot reach" error before the
+  loop announces itself (`check_store_at_start`), and a warning after: the first heal is
+  then left to the next tick's (`first_heal`), as a tick rides out any outage.
 - At stop (SIGTERM), possibly during an outage: the runs are ended at once, without waiting
   for the tick thread or the database; what the loop can still record it records, each
   write bounded by its deadline, and the first failure ends the writing: what is left is
@@ -12,20 +15,61 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+import psycopg
 
 from cronctl.context import Context
 from cronctl.loop.cluster import OUTAGE_ERRORS, ClusterMember
 from cronctl.loop.engine import Engine
 from cronctl.loop.fence import SelfFence, check_lease
 from cronctl.models import DEFAULT_KILL_GRACE
+from cronctl.store.pg.connect import StoreUnreachableError
+from cronctl.store.pg.deadline import StoreDeadlineError
+
+# What a connection lost mid-query raises (AdminShutdown, a closed socket, an aborted pipeline):
+# an outage, not a bug. Schema and permission errors are not among them.
+CONNECTION_LOST = (psycopg.OperationalError, StoreDeadlineError)
 
 
 def check_cluster_lease(ctx: Context, lease_s: float) -> None:
     """LeaseTooShortError when `--lease` is shorter than the self-fence of some job needs (loop/fence.py)."""
     graces = {view.spec.name: view.spec.kill_grace for view in ctx.leases.jobs()}
     check_lease(lease_s, graces, DEFAULT_KILL_GRACE)
+
+
+@contextmanager
+def refused_start_on_outage() -> Iterator[None]:
+    """Around what a loop does on the store before it announces itself: a connection lost
+    meanwhile is StoreUnreachableError (exit 1, one line), never an internal error."""
+    try:
+        yield
+    except CONNECTION_LOST as exc:
+        raise StoreUnreachableError(f"cannot reach the PostgreSQL store: {_first_line(exc)}; "
+                                    "the loop did not start") from exc
+
+
+def check_store_at_start(ctx: Context, lease_s: float) -> None:
+    """Reachable, of a schema this cronctl knows, with room for the self-fence."""
+    with refused_start_on_outage():
+        ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
+        check_cluster_lease(ctx, lease_s)
+
+
+def first_heal(heal: Callable[[], object]) -> None:
+    """The heal before the first tick; an outage meanwhile leaves it to the tick's next heal."""
+    try:
+        heal()
+    except CONNECTION_LOST as exc:
+        print(f"cronctl: warning: the PostgreSQL store is out of reach ({_first_line(exc)}); the first heal "
+              "waits for the next tick", file=sys.stderr, flush=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def start_self_fence(engine: Engine, lease_s: float, monotonic: Callable[[], float]) -> SelfFence:

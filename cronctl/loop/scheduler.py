@@ -220,10 +220,9 @@ class Scheduler:
         """Fail before the `scheduler.started` row and the first heartbeat, so that a loop that
         could not start never looks like one that started and crashed."""
         if self.ctx.on_postgres:
-            self.ctx.leases.has_job("")  # reachable, and its schema is one this cronctl knows (else a clear error)
-            from cronctl.loop.cluster_life import check_cluster_lease
+            from cronctl.loop.cluster_life import check_store_at_start
 
-            check_cluster_lease(self.ctx, self.options.lease)
+            check_store_at_start(self.ctx, self.options.lease)
         else:
             # A corrupt store: StoreCorruptError, its message names the file and the fix. The engine
             # starts from this read (`_first_due`): parsed once before the first tick, not twice.
@@ -257,7 +256,12 @@ class Scheduler:
         if self.takeover is not None:
             record_takeover(self.ctx, self.takeover, previous)
         self._write_heartbeat(stopped_cleanly=False)  # alive before a possibly long first heal
-        self._heal()
+        if self.cluster is not None:
+            from cronctl.loop.cluster_life import first_heal
+
+            first_heal(self._heal)
+        else:
+            self._heal()
         self._start_generation(gen_id)
         self.role = "leader"
         if self.takeover is not None:
@@ -287,7 +291,10 @@ class Scheduler:
         leases.set_deadline(deadline_for(self.options.lease))  # SPEC §9: 5 s, at most a quarter of the lease
         member = ClusterMember(leases, self.ctx.clock, host_id(), self.boot, os.getpid(), start,
                                str(self.ctx.paths.home), say=self._say)
-        member.register()
+        from cronctl.loop.cluster_life import refused_start_on_outage
+
+        with refused_start_on_outage():  # before `scheduler.started`: the loop did not start
+            member.register()
         return member
 
     def _watch(self) -> None:

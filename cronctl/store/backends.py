@@ -78,7 +78,9 @@ class PgSession:
         """The connection, opened again when the last one broke (a restarted database, a
         terminated backend): a loop outlives those; StoreUnreachableError while it cannot."""
         if self._conn is None or self._conn.broken or self._conn.closed:
-            from cronctl.store.pg.connect import connect
+            import psycopg
+
+            from cronctl.store.pg.connect import StoreUnreachableError, connect
             from cronctl.store.pg.schema import ensure_schema
 
             if self._conn is not None:
@@ -86,7 +88,13 @@ class PgSession:
             self._conn = None
             conn = connect(self.url)
             _fast_json_loads(conn)
-            ensure_schema(conn)
+            try:
+                ensure_schema(conn)
+            except psycopg.OperationalError as exc:  # lost as soon as opened (a terminated backend, a restart)
+                conn.close()
+                words = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise StoreUnreachableError(f"cannot reach the PostgreSQL store {self.url.shown}: "
+                                            f"{self.url.redact(words)}") from None
             self._conn = conn
         return self._conn
 
