@@ -31,33 +31,32 @@ PG_REFRESH = 1.0
 
 
 @dataclass
-class _Tail:
-    """One append-only JSONL file read incrementally: its inode, how far it was read, its rows."""
+class _Position:
+    """How far one append-only JSONL file was read: its inode and the offset read up to."""
 
     inode: int = -1
     offset: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)
 
-
-def _read_new_rows(path: Path, tail: _Tail) -> bool:
-    """Append the complete lines added to `path` since the last call; True when anything changed."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        changed = bool(tail.rows)
-        tail.inode, tail.offset, tail.rows = -1, 0, []
-        return changed
-    if st.st_ino != tail.inode or st.st_size < tail.offset:  # replaced (trim, rotation) or truncated
-        tail.inode, tail.offset, tail.rows = st.st_ino, 0, []
-    if st.st_size == tail.offset:
-        return False
-    with open(path, "rb") as handle:
-        handle.seek(tail.offset)
-        data = handle.read(st.st_size - tail.offset)
-    complete = data[: data.rfind(b"\n") + 1]  # a torn last line waits for its end
-    tail.offset += len(complete)
-    tail.rows.extend(_decode_lines(complete))
-    return bool(complete)
+    def new_lines(self, path: Path) -> tuple[bool, bytes]:
+        """(restarted, the complete lines added to `path` since the last call). `restarted`:
+        the file is gone, was replaced (a trim, a rotation) or truncated, so what was read
+        from it before no longer stands; a torn last line waits for its end."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self.inode, self.offset = -1, 0
+            return True, b""
+        restarted = st.st_ino != self.inode or st.st_size < self.offset
+        if restarted:
+            self.inode, self.offset = st.st_ino, 0
+        if st.st_size == self.offset:
+            return restarted, b""
+        with open(path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(st.st_size - self.offset)
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return restarted, complete
 
 
 def _decode_lines(data: bytes) -> list[dict[str, Any]]:
@@ -83,9 +82,14 @@ def _decode_lines(data: bytes) -> list[dict[str, Any]]:
 class _JobFile:
     """One job's history file read incrementally into its RunIndex."""
 
-    inode: int = -1
-    offset: int = 0
+    position: _Position = field(default_factory=_Position)
     index: RunIndex = field(default_factory=RunIndex)
+
+    def read(self, path: Path) -> None:
+        restarted, complete = self.position.new_lines(path)
+        if restarted:
+            self.index = RunIndex()
+        self.index.add(decode_runs(complete))
 
 
 class HistoryReader:
@@ -105,7 +109,7 @@ class HistoryReader:
         for gone in set(self._files) - set(names):
             del self._files[gone]
         for name in names:
-            _read_new_runs(self.ctx.paths.history(name), self._files.setdefault(name, _JobFile()))
+            self._files.setdefault(name, _JobFile()).read(self.ctx.paths.history(name))
         return {name: kept.index for name, kept in self._files.items() if len(kept.index)}
 
     def _pg_by_job(self) -> dict[str, RunIndex]:
@@ -125,30 +129,12 @@ class HistoryReader:
         return self.ctx.leases.history(job)
 
 
-def _read_new_runs(path: Path, kept: _JobFile) -> None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        kept.inode, kept.offset, kept.index = -1, 0, RunIndex()
-        return
-    if st.st_ino != kept.inode or st.st_size < kept.offset:  # replaced (a trim) or truncated
-        kept.inode, kept.offset, kept.index = st.st_ino, 0, RunIndex()
-    if st.st_size == kept.offset:
-        return
-    with open(path, "rb") as handle:
-        handle.seek(kept.offset)
-        data = handle.read(st.st_size - kept.offset)
-    complete = data[: data.rfind(b"\n") + 1]  # a torn last line waits for its end
-    kept.offset += len(complete)
-    kept.index.add(decode_runs(complete))
-
-
 class AuditReader:
     """The newest audit rows, oldest first."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._tail = _Tail()
+        self._position = _Position()
         self._kept: deque[dict[str, Any]] = deque(maxlen=AUDIT_KEPT)
         self._pg_read_at = float("-inf")
 
@@ -159,7 +145,6 @@ class AuditReader:
                 self._pg_read_at = time.monotonic()
             return list(self._kept)
         # After a rotation the older file's rows stay kept and the new file's follow them.
-        _read_new_rows(self.ctx.audit.path, self._tail)
-        self._kept.extend(self._tail.rows)
-        del self._tail.rows[:]  # kept in the deque only: memory stays bounded
+        _, complete = self._position.new_lines(self.ctx.audit.path)
+        self._kept.extend(_decode_lines(complete))  # kept in the deque only: memory stays bounded
         return list(self._kept)
