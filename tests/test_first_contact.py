@@ -46,9 +46,13 @@ def test_status_on_a_pipe_keeps_whole_rows_and_json_stays_absolute(demo) -> None
 def _status_on_a_pty(home: Path, **extra: str) -> str:
     env = {k: v for k, v in subprocess_env(home).items() if k not in ("NO_COLOR", "COLUMNS")}
     env.update(TERM="xterm-256color", **extra)
+    return _on_a_pty([*cronctl_bin(), "status"], env).decode()
+
+
+def _on_a_pty(argv: list[str], env: dict[str, str]) -> bytes:
+    """All that `argv` writes to a terminal (a pty as stdin, stdout and stderr) until it exits."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([*cronctl_bin(), "status"], env=env, stdin=follower, stdout=follower,
-                            stderr=follower)
+    proc = subprocess.Popen(argv, env=env, stdin=follower, stdout=follower, stderr=follower)
     os.close(follower)
     screen = b""
     while True:
@@ -61,7 +65,7 @@ def _status_on_a_pty(home: Path, **extra: str) -> str:
         screen += chunk
     proc.wait(timeout=60)
     os.close(leader)
-    return screen.decode()
+    return screen
 
 
 @pytest.mark.slow
@@ -147,22 +151,7 @@ def test_logs_on_a_terminal_escapes_the_jobs_control_sequences_unless_raw(home: 
                           timeout=60).returncode == 0
 
     def logs_on_a_pty(*extra: str) -> bytes:
-        leader, follower = pty.openpty()
-        proc = subprocess.Popen([*cronctl_bin(), "logs", "esc", *extra], env=env, stdin=follower,
-                                stdout=follower, stderr=follower)
-        os.close(follower)
-        screen = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            screen += chunk
-        proc.wait(timeout=60)
-        os.close(leader)
-        return screen
+        return _on_a_pty([*cronctl_bin(), "logs", "esc", *extra], env)
 
     assert b"a\\x1b[2Jb\x1b[32mgreen\x1b[0m" in logs_on_a_pty()
     assert b"a\x1b[2Jb" in logs_on_a_pty("--raw")
