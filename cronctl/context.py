@@ -13,6 +13,7 @@ from cronctl.store.jsonstore import Store
 
 if TYPE_CHECKING:
     from cronctl.store.backends import PgSession
+    from cronctl.store.definitions import Definitions
     from cronctl.store.leases import LeaseStore
     from cronctl.store.pg.connect import StoreUrl
 
@@ -28,6 +29,8 @@ class Context:
     # --store / $CRONCTL_STORE: a PostgreSQL database (store/backends.py); None: the JSON store.
     store_url: StoreUrl | None = None
     pg: PgSession | None = None  # its connection, opened on first use
+    # The backend of `definitions`; None: made on first use, over `store` or `pg`.
+    definitions_store: Definitions | None = None
 
     @property
     def leases(self) -> LeaseStore:
@@ -45,6 +48,19 @@ class Context:
 
             self.lease_store = JsonLeaseStore(self.store, self.audit, self.paths)
         return self.lease_store
+
+    @property
+    def definitions(self) -> Definitions:
+        """What defines and edits jobs writes through (store/definitions.py), made on first use."""
+        if self.definitions_store is None and self.pg is not None:
+            from cronctl.store.backends import open_pg_definitions
+
+            self.definitions_store = open_pg_definitions(self.pg, self.audit)
+        if self.definitions_store is None:
+            from cronctl.store.definitions import JsonDefinitions
+
+            self.definitions_store = JsonDefinitions(self.store, self.audit)
+        return self.definitions_store
 
     @classmethod
     def open(cls, home: Path, clock: Clock | None = None, lock_timeout: float = 30.0,

@@ -16,26 +16,34 @@ def stored_specs(doc: dict[str, Any]) -> dict[str, JobSpec]:
     return {name: JobView.from_entry(entry).spec for name, entry in doc["jobs"].items()}
 
 
+def upstreams(specs: Iterable[JobSpec]) -> set[str]:
+    """The jobs `specs` run after: with every job in a chain, what the rules judge a write by
+    (`DefinitionsEdit.linked_specs`)."""
+    return {name for spec in specs for name in spec.after}
+
+
 def check_file(path: str, specs: list[JobSpec]) -> None:
     """`validate`: the file's jobs on their own form a valid graph."""
     _raise_problems({spec.name: spec for spec in specs}, _file_where(path), None)
 
 
-def check_apply(doc: dict[str, Any], path: str, specs: list[JobSpec], pruned: Iterable[str], force: bool) -> None:
-    """`apply`: the store as it will be after the apply; only this file's jobs are blamed.
+def check_apply(stored: dict[str, JobSpec], path: str, specs: list[JobSpec], pruned: Iterable[str],
+                force: bool) -> None:
+    """`apply`: the store (`stored`: its jobs in chains, at least) as it will be after the
+    apply; only this file's jobs are blamed.
 
     A prune that would leave a dependant after a removed job is refused unless `force`.
     """
-    before = {**stored_specs(doc), **{spec.name: spec for spec in specs}}
+    before = {**stored, **{spec.name: spec for spec in specs}}
     gone = set(pruned)
     refuse_orphans(before, gone, force, "apply --prune")
     after = {name: spec for name, spec in before.items() if name not in gone}
     _raise_problems(after, _file_where(path), [spec.name for spec in specs])
 
 
-def check_cli(doc: dict[str, Any], spec: JobSpec) -> None:
-    """`add` / `edit` of one job: the store with this job as given."""
-    specs = {**stored_specs(doc), spec.name: spec}
+def check_cli(stored: dict[str, JobSpec], spec: JobSpec) -> None:
+    """`add` / `edit` of one job: the store (`stored`: its jobs in chains, at least) with this job as given."""
+    specs = {**stored, spec.name: spec}
     _raise_problems(specs, lambda job, field: f"job '{job}': --{field}", [spec.name, *_dependants(specs, spec)])
 
 

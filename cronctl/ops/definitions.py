@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from cronctl.context import Context
 from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
@@ -14,6 +14,7 @@ from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
 from cronctl.ops import chain_rules
 from cronctl.schedule.slots import fire_at, first_slot, slot_after
+from cronctl.store.definitions import DefinitionsEdit, already_exists
 from cronctl.timefmt import from_iso, to_iso
 
 # --- definitions ---------------------------------------------------------------
@@ -65,13 +66,13 @@ def add_job(ctx: Context, spec: JobSpec, allow_past: bool = False) -> JobView:
     now = ctx.clock.now()
     if not allow_past:
         refuse_past_at([spec], now, lambda name: f"job '{name}': --at")
-    with ctx.store.transaction() as doc:
-        if spec.name in doc["jobs"]:
-            raise ConflictError(f"job '{spec.name}' already exists; change it with 'cronctl edit {spec.name}'")
-        chain_rules.check_cli(doc, spec)
+    with ctx.definitions.editing([spec.name]) as edit:
+        if spec.name in edit.entries:
+            raise already_exists(spec.name)
+        chain_rules.check_cli(edit.linked_specs(spec.after), spec)
         state = new_state(now, first_slot(spec, now))
-        doc["jobs"][spec.name] = entry_from(spec, state)
-    ctx.audit.append(AuditEvent.JOB_ADDED, job=spec.name, source=spec.source, schedule=spec.schedule_text)
+        edit.add(entry_from(spec, state))
+        edit.audit([(AuditEvent.JOB_ADDED, {"job": spec.name, "source": spec.source, "schedule": spec.schedule_text})])
     return JobView(spec, state)
 
 
@@ -94,9 +95,8 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str],
     """Apply option changes to a job; returns the view and the names of the changed fields."""
     _check_unset(unset)
     now = ctx.clock.now()
-    with ctx.store.transaction() as doc:
-        entry = get_entry(doc, name)
-        old = JobView.from_entry(entry)
+    with ctx.definitions.editing([name]) as edit:
+        old = JobView.from_entry(_entry_named(edit.entries, name))
         merged = _merge_options(old.spec, changes, unset)
         problems: list[str] = []
         spec = build_spec(merged, _cli_where(name), problems, source=old.spec.source, base_dir=_cwd())
@@ -108,13 +108,17 @@ def edit_job(ctx: Context, name: str, changes: dict[str, Any], unset: list[str],
             return old, []
         if "at" in changed and not allow_past:
             refuse_past_at([spec], now, lambda job: f"job '{job}': --at")
-        chain_rules.check_cli(doc, spec)
+        chain_rules.check_cli(edit.linked_specs(spec.after), spec)
         state = dict(old.state)
         _reschedule_if_needed(old.spec, spec, state, now)
         state["updated_at"] = to_iso(now)
-        doc["jobs"][name] = entry_from(spec, state)
-    ctx.audit.append(AuditEvent.JOB_UPDATED, job=name, fields=changed, by="edit")
+        edit.replace(name, entry_from(spec, state))
+        edit.audit([(AuditEvent.JOB_UPDATED, {"job": name, "fields": changed, "by": "edit"})])
     return JobView(spec, state), changed
+
+
+def _entry_named(entries: Mapping[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    return get_entry({"jobs": entries}, name)
 
 
 # A job always has these; a schedule is replaced with --cron/--every/--at, not unset.
@@ -172,17 +176,17 @@ class Removed:
 
 def remove_job(ctx: Context, name: str, force: bool = False) -> Removed:
     """Delete a job; refuse while it runs unless `force`, which ends its runs first."""
-    with ctx.store.transaction() as doc:
-        view = JobView.from_entry(get_entry(doc, name))
-        chain_rules.refuse_orphans(chain_rules.stored_specs(doc), {name}, force, f"removing {name}")
+    with ctx.definitions.editing([name]) as edit:
+        view = JobView.from_entry(_entry_named(edit.entries, name))
+        chain_rules.refuse_orphans(edit.linked_specs(()), {name}, force, f"removing {name}")
         if view.claims and not force:
             raise ConflictError(
                 f"job '{name}' is running (run {', '.join(view.claims)}); "
                 f"wait for it, 'cronctl kill {name}', or 'cronctl remove {name} --force'"
             )
         killed = _terminate_claims(ctx, name, view.claims) if view.claims else 0
-        del doc["jobs"][name]
-    ctx.audit.append(AuditEvent.JOB_REMOVED, job=name, forced=force or None, killed_runs=killed or None)
+        edit.remove(name)
+        edit.audit([(AuditEvent.JOB_REMOVED, {"job": name, "forced": force or None, "killed_runs": killed or None})])
     return Removed(killed, view.spec.source)
 
 
@@ -250,32 +254,36 @@ def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = Fal
     check_spawnable(loaded.specs, str(loaded.path))
     source = str(loaded.path)
     now = ctx.clock.now()
-    with ctx.store.transaction() as doc:
-        plan = _plan_apply(doc, loaded.specs, source, prune or watched)
+    names = [spec.name for spec in loaded.specs]
+    with ctx.definitions.editing(names, source=source if prune or watched else None) as edit:
+        plan = _plan_apply(edit.entries, loaded.specs, source, prune or watched)
         if watched:
-            _defer_running_prunes(doc, plan)
-        chain_rules.check_apply(doc, source, loaded.specs, plan.prune, force)
+            _defer_running_prunes(edit.entries, plan)
+        linked = edit.linked_specs(chain_rules.upstreams(loaded.specs))
+        chain_rules.check_apply(linked, source, loaded.specs, plan.prune, force)
         if not allow_past:  # a new one-shot, or one whose `at` changed; one already stored keeps its catch-up
             fresh = {*plan.create, *(name for name, fields in plan.update.items() if "at" in fields)}
             how = (f"to fire it now, apply it once with 'cronctl apply -f {source} --allow-past'" if watched
                    else "pass --allow-past to fire it now")
             refuse_past_at([spec for spec in loaded.specs if spec.name in fresh], now,
                            lambda job: f"{source}:{loaded.at_lines.get(job, 0)}: job '{job}': field 'at'", how)
-        done = frozenset(name for name, entry in doc["jobs"].items() if (entry.get("state") or {}).get("completed"))
+        # The warnings are about the file's jobs only: those are the entries in hand.
+        done = frozenset(name for name, entry in edit.entries.items() if (entry.get("state") or {}).get("completed"))
         plan.warnings = loaded.warnings(now, done)
         if dry_run:
             return plan
-        _execute_apply(doc, plan, loaded.specs, now)
+        _execute_apply(edit, plan, loaded.specs, now)
         plan.applied = True
-    _audit_apply(ctx, plan, {spec.name: spec.schedule_text for spec in loaded.specs})
+        edit.audit(_audit_rows(plan, {spec.name: spec.schedule_text for spec in loaded.specs}))
     return plan
 
 
-def _plan_apply(doc: dict[str, Any], specs: list[JobSpec], source: str, prune: bool) -> ApplyPlan:
+def _plan_apply(entries: Mapping[str, dict[str, Any]], specs: list[JobSpec], source: str,
+                prune: bool) -> ApplyPlan:
     plan = ApplyPlan(file=source)
     conflicts: list[str] = []
     for spec in specs:
-        entry = doc["jobs"].get(spec.name)
+        entry = entries.get(spec.name)
         if entry is None:
             plan.create.append(spec.name)
             continue
@@ -294,39 +302,39 @@ def _plan_apply(doc: dict[str, Any], specs: list[JobSpec], source: str, prune: b
     if prune:
         wanted = {spec.name for spec in specs}
         plan.prune = sorted(
-            name for name, entry in doc["jobs"].items() if entry.get("source") == source and name not in wanted
+            name for name, entry in entries.items() if entry.get("source") == source and name not in wanted
         )
     return plan
 
 
-def _defer_running_prunes(doc: dict[str, Any], plan: ApplyPlan) -> None:
+def _defer_running_prunes(entries: Mapping[str, dict[str, Any]], plan: ApplyPlan) -> None:
     plan.pruned_by = "run -f"
-    plan.prune_waiting = [n for n in plan.prune if JobView.from_entry(doc["jobs"][n]).claims]
+    plan.prune_waiting = [n for n in plan.prune if JobView.from_entry(entries[n]).claims]
     waiting = set(plan.prune_waiting)
     plan.prune = [n for n in plan.prune if n not in waiting]
 
 
-def _execute_apply(doc: dict[str, Any], plan: ApplyPlan, specs: list[JobSpec], now: datetime) -> None:
-    running = [n for n in plan.prune if JobView.from_entry(doc["jobs"][n]).claims]
+def _execute_apply(edit: DefinitionsEdit, plan: ApplyPlan, specs: list[JobSpec], now: datetime) -> None:
+    running = [n for n in plan.prune if JobView.from_entry(edit.entries[n]).claims]
     if running:
         raise ConflictError(f"cannot prune running job(s) {', '.join(running)}; wait for them or kill them first")
-    created, adopted = set(plan.create), set(plan.adopt)  # sets: a file may define 10,000 jobs
+    created, adopted = set(plan.create), set(plan.adopt)  # sets: a file may define 100,000 jobs
     for spec in specs:
         if spec.name in created:
-            doc["jobs"][spec.name] = entry_from(spec, new_state(now, first_slot(spec, now)))
+            edit.add(entry_from(spec, new_state(now, first_slot(spec, now))))
         elif spec.name in plan.update or spec.name in adopted:
-            old = JobView.from_entry(doc["jobs"][spec.name])
+            old = JobView.from_entry(edit.entries[spec.name])
             state = dict(old.state)
             _reschedule_if_needed(old.spec, spec, state, now)
             state["updated_at"] = to_iso(now)
-            doc["jobs"][spec.name] = entry_from(spec, state)
+            edit.replace(spec.name, entry_from(spec, state))
     for name in plan.prune:
-        del doc["jobs"][name]
+        edit.remove(name)
 
 
-def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> None:
-    # One write for the whole burst (a file may add 10,000 jobs); the rows are append's.
-    rows: list[tuple[str, dict[str, Any]]] = [
+def _audit_rows(plan: ApplyPlan, schedules: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    # One write for the whole burst (a file may add 100,000 jobs); the rows are append's.
+    return [
         *((AuditEvent.JOB_ADDED, {"job": name, "source": plan.file, "schedule": schedules.get(name)})
           for name in plan.create),
         *((AuditEvent.JOB_UPDATED, {"job": name, "source": plan.file, "fields": changed, "by": "apply"})
@@ -336,7 +344,6 @@ def _audit_apply(ctx: Context, plan: ApplyPlan, schedules: dict[str, str]) -> No
         *((AuditEvent.JOB_REMOVED, {"job": name, "source": plan.file, "by": plan.pruned_by})
           for name in plan.prune),
     ]
-    ctx.audit.append_many(rows)
 
 
 # --- reading -------------------------------------------------------------------
@@ -413,13 +420,15 @@ def _first_after(spec: JobSpec, origin: datetime) -> datetime | None:
 def pause_job(ctx: Context, name: str) -> bool:
     """Pause by the operator; returns False when it was already paused."""
     now = ctx.clock.now()
-    with ctx.store.transaction() as doc:
-        state = get_entry(doc, name)["state"]
+    with ctx.definitions.editing([name]) as edit:
+        entry = _entry_named(edit.entries, name)
+        state = entry["state"]
         if state.get("paused"):
             return False
         state["paused"] = True
         state["updated_at"] = to_iso(now)
-    ctx.audit.append(AuditEvent.JOB_PAUSED, job=name)
+        edit.replace(name, entry)
+        edit.audit([(AuditEvent.JOB_PAUSED, {"job": name})])
     return True
 
 
@@ -437,17 +446,18 @@ def resume_jobs(ctx: Context, names: list[str] | None) -> list[ResumeResult]:
     """Clear pause and error wedges and re-arm from now (names None: every job)."""
     now = ctx.clock.now()
     results: list[ResumeResult] = []
-    with ctx.store.transaction() as doc:
-        targets = sorted(doc["jobs"]) if names is None else names
+    with ctx.definitions.editing(names) as edit:
+        targets = sorted(edit.entries) if names is None else names
         for name in targets:
-            results.append(_resume_entry(doc, name, now))
-    ctx.audit.append_many([(AuditEvent.JOB_RESUMED, {"job": result.name, "cleared": result.cleared,
-                                                      "next_run_at": result.next_run_at}) for result in results])
+            entry = _entry_named(edit.entries, name)
+            results.append(_resume_entry(entry, name, now))
+            edit.replace(name, entry)
+        edit.audit([(AuditEvent.JOB_RESUMED, {"job": result.name, "cleared": result.cleared,
+                                               "next_run_at": result.next_run_at}) for result in results])
     return results
 
 
-def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult:
-    entry = get_entry(doc, name)
+def _resume_entry(entry: dict[str, Any], name: str, now: datetime) -> ResumeResult:
     view = JobView.from_entry(entry)
     state = entry["state"]
     cleared: list[str] = []
@@ -477,9 +487,8 @@ def _resume_entry(doc: dict[str, Any], name: str, now: datetime) -> ResumeResult
 
 
 def require_jobs(ctx: Context, names: list[str] | None) -> None:
-    jobs = ctx.store.read()["jobs"]
     for name in names or []:
-        if name not in jobs:
+        if ctx.definitions.get(name) is None:
             raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
 
 

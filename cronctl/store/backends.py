@@ -29,6 +29,7 @@ from cronctl.timefmt import from_iso, to_iso
 
 if TYPE_CHECKING:
     from cronctl.store.pg.connect import Connection, StoreUrl
+    from cronctl.store.pg.definitions import PgDefinitions
     from cronctl.store.pg.docstore import PgDocStore
     from cronctl.store.pg.leases import PgLeaseStore
 
@@ -126,6 +127,14 @@ def open_pg_document_store(session: PgSession, paths: Paths) -> PgDocStore:
     return PgDocStore(paths, session, host_id())
 
 
+def open_pg_definitions(session: PgSession, audit: AuditLog) -> PgDefinitions:
+    """The definitions of the database's job rows; their audit rows go with each write."""
+    from cronctl.store.pg.definitions import PgDefinitions
+
+    assert isinstance(audit, PgAuditLog), "a PostgreSQL store's audit log is its table"
+    return PgDefinitions(session, audit)
+
+
 def open_pg_lease_store(session: PgSession, paths: Paths, clock: Clock) -> PgLeaseStore:
     """The lease store of this invocation, judging by the database clock."""
     from cronctl.store.pg.identity import host_id
@@ -153,6 +162,21 @@ class PgAuditLog(AuditLog):
 
     def append_many(self, rows: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every row of a burst (`apply -f` of 10,000 jobs) in one transaction, one round trip per batch."""
+        written, params = self.prepare(rows)
+        try:
+            conn = self.session.conn()
+            with self.session.lock, conn.transaction():
+                from cronctl.store.pg.audit import insert_audit_rows
+
+                insert_audit_rows(conn, params)
+        except (CronctlError, psycopg_error()) as exc:
+            print(f"cronctl: cannot write audit row(s) to {self.session.url.shown}: {exc}", file=sys.stderr)
+        self.tell(written)
+        return written
+
+    def prepare(self, rows: list[tuple[str, dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+        """The rows as `append_many` tells them, and their parameters for `insert_audit_rows`:
+        a write that must commit with its audit rows (store/pg/definitions.py) inserts them itself."""
         from psycopg.types.json import Jsonb
 
         from cronctl.store.pg.audit import dumps
@@ -168,16 +192,12 @@ class PgAuditLog(AuditLog):
             params.append((row["event"], row.get("job"), row.get("run_id"),
                            from_iso(slot) if isinstance(slot, str) else slot, row.get("reason"), host,
                            Jsonb(rest, dumps=dumps)))
-        try:
-            conn = self.session.conn()
-            with self.session.lock, conn.transaction(), conn.cursor() as cur:
-                cur.executemany("INSERT INTO cronctl_audit (event, job, run_id, slot, reason, host_id, details)"
-                                " VALUES (%s, %s, %s, %s, %s, %s, %s)", params)
-        except (CronctlError, psycopg_error()) as exc:
-            print(f"cronctl: cannot write audit row(s) to {self.session.url.shown}: {exc}", file=sys.stderr)
+        return written, params
+
+    def tell(self, written: list[dict[str, Any]]) -> None:
+        """The listeners hear each row once it is written."""
         for row in written:
             tell_listeners(self.listeners, row)
-        return written
 
     def rows(self) -> Iterator[dict[str, Any]]:
         conn = self.session.conn()

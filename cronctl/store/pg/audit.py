@@ -52,3 +52,10 @@ def dumps(value: Any) -> str:
     jsonb refuses \\u0000, and a job that prints a NUL must not make its run unrecordable."""
     text = json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
     return _NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
+
+
+def insert_audit_rows(conn: Connection, params: list[tuple[Any, ...]]) -> None:
+    """`PgAuditLog.prepare`'s rows (store/backends.py), inside the caller's transaction."""
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO cronctl_audit (event, job, run_id, slot, reason, host_id, details)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s)", params)

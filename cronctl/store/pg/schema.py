@@ -134,7 +134,15 @@ _V2 = (
 # the database clock and the home it runs in, which `status` shows.
 _V3 = ("ALTER TABLE cronctl_loops ADD COLUMN skew_s double precision, ADD COLUMN home text",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# V4: a definitions write locks and reads only the rows it names (store/pg/definitions.py);
+# what else it must read is found by index: the jobs in a chain (`after` is a key of a spec
+# only then) for the chain rules, and the jobs one file defined for `apply --prune`.
+_V4 = (
+    "CREATE INDEX cronctl_jobs_chained ON cronctl_jobs (name) WHERE spec ? 'after'",
+    "CREATE INDEX cronctl_jobs_source ON cronctl_jobs ((spec->>'source'))",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (

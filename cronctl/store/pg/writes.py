@@ -27,12 +27,14 @@ _FIRST_WAIT_S = 0.01
 _MAX_WAIT_S = 0.25
 
 
-def take_xact_lock(conn: Connection, key: int, budget_s: float, what: str) -> None:
-    """The transaction-scoped advisory lock `key`, waited for in short asks up to `budget_s`."""
+def take_xact_lock(conn: Connection, key: int, budget_s: float, what: str, shared: bool = False) -> None:
+    """The transaction-scoped advisory lock `key`, waited for in short asks up to `budget_s`;
+    `shared`: held with other shared holders, excluded by an exclusive one."""
     give_up = time.monotonic() + budget_s
     wait = _FIRST_WAIT_S
+    ask = "SELECT pg_try_advisory_xact_lock_shared(%s)" if shared else "SELECT pg_try_advisory_xact_lock(%s)"
     while True:
-        row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()
+        row = conn.execute(ask, (key,)).fetchone()
         if row is not None and row[0]:
             return
         if time.monotonic() + wait > give_up:
