@@ -1,0 +1,245 @@
+"""Definitions on the PostgreSQL store: one job's add/edit/remove at 1,000 and 100,000 jobs, and `apply -f`.
+
+For each size, a fresh database gets that many job rows (one INSERT ... SELECT
+generate_series, each row as `apply` writes it). Then, per round:
+
+- in process, through `ops.definitions` and `PgDefinitions` (what the commands call):
+  `add_job`, `edit_job` (a new schedule), `remove_job` of one job `bench-one`, each timed
+  on the client and split into *database time* (the time inside the driver's calls: every
+  statement's round trip, the COPY and the COMMIT) and the rest (Python: validation,
+  building the entry);
+- the whole command, as a user runs it (`cronctl add`, `cronctl edit`, `cronctl remove`,
+  a new process each, `$CRONCTL_STORE` naming the database).
+
+Prints medians (and p90) per step and size, and the ratio of each step at the largest
+size to the same step at the smallest. Then `apply -f` of a file of `--apply-jobs` new
+jobs into an empty database, as a command (median of `--apply-rounds`).
+
+The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
+stopped at the end.
+
+Usage: python bench/pg_definitions.py [--sizes 1000,100000] [--rounds 30] [--command-rounds 10]
+                                      [--apply-jobs 100000] [--apply-rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+import pgserver  # noqa: E402
+import psycopg  # noqa: E402
+from psycopg.types.json import Jsonb  # noqa: E402
+
+from cronctl.clock import SystemClock  # noqa: E402
+from cronctl.context import Context  # noqa: E402
+from cronctl.jobs.state import new_state  # noqa: E402
+from cronctl.models import JobSpec  # noqa: E402
+from cronctl.store.pg.connect import parse_store_url  # noqa: E402
+
+ONE = "bench-one"
+
+
+@contextmanager
+def server_url() -> Iterator[str]:
+    given = os.environ.get("CRONCTL_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    server = pgserver.start()
+    try:
+        yield server.url
+    finally:
+        pgserver.stop(server.data_dir)
+
+
+@contextmanager
+def fresh_database(url: str) -> Iterator[str]:
+    name = f"cronctl_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def populate(db_url: str, jobs: int) -> None:
+    """`jobs` rows `job-1`... as `apply` writes them: the spec of a file's job, a new state."""
+    from cronctl.schedule.slots import first_slot
+
+    spec = JobSpec(name="template", command="/usr/local/bin/report --daily", every=3600.0,
+                   source="/etc/cronctl/jobs.yaml")
+    now = SystemClock().now()
+    state = new_state(now, first_slot(spec, now))
+    ctx = Context.open(Path(tempfile.mkdtemp(prefix="cronctl-bench-defs-")), store_url=parse_store_url(db_url))
+    ctx.definitions.names()  # the schema, brought up to date by the first connection
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at, wake_at, state)
+               SELECT 'job-' || i, jsonb_set(%s::jsonb, '{name}', to_jsonb('job-' || i)), 'skip',
+                      %s::timestamptz, %s::timestamptz, %s::jsonb
+                 FROM generate_series(1, %s) AS i""",
+            (Jsonb(spec.to_dict()), state["next_run_at"], state["next_run_at"], Jsonb(state), jobs))
+        conn.execute("VACUUM ANALYZE cronctl_jobs")
+
+
+class DbTimer:
+    """The time spent inside the driver's calls of one connection (statements, COPY, COMMIT)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, conn: Any) -> None:
+        timer = self
+
+        def timed(call: Callable[..., Any]) -> Callable[..., Any]:
+            def inner(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    timer.seconds += time.perf_counter() - started
+            return inner
+
+        # psycopg's Connection.execute, the cursors' executemany/copy and the transaction's
+        # COMMIT all end in these two: the wait for the server's answer.
+        conn.wait = timed(conn.wait)
+
+
+def one_round(ctx: Context, timer: DbTimer) -> dict[str, tuple[float, float]]:
+    """(client ms, database ms) of add, edit and remove of one job."""
+    from cronctl.ops import definitions as ops
+
+    out: dict[str, tuple[float, float]] = {}
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("add", lambda: ops.add_job(ctx, ops.spec_from_options(ONE, {"every": "1h", "command": "true"}))),
+        ("edit", lambda: ops.edit_job(ctx, ONE, {"every": "2h"}, [])),
+        ("remove", lambda: ops.remove_job(ctx, ONE)),
+    ]
+    for step, call in steps:
+        timer.seconds = 0.0
+        started = time.perf_counter()
+        call()
+        out[step] = ((time.perf_counter() - started) * 1000, timer.seconds * 1000)
+    return out
+
+
+def in_process(db_url: str, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    ctx = Context.open(Path(tempfile.mkdtemp(prefix="cronctl-bench-defs-")), store_url=parse_store_url(db_url))
+    assert ctx.pg is not None
+    timer = DbTimer()
+    timer.wrap(ctx.pg.conn())
+    for _ in range(3):  # warm the connection and the caches
+        one_round(ctx, timer)
+    times: dict[str, list[tuple[float, float]]] = {"add": [], "edit": [], "remove": []}
+    for _ in range(rounds):
+        for step, value in one_round(ctx, timer).items():
+            times[step].append(value)
+    return times
+
+
+def cronctl(args: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([*cronctl_bin(), *args], env=env, capture_output=True, text=True, check=False)
+    elapsed = (time.perf_counter() - started) * 1000
+    if done.returncode != 0:
+        raise SystemExit(f"cronctl {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return elapsed
+
+
+def cronctl_bin() -> list[str]:
+    beside = Path(sys.executable).with_name("cronctl")
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "cronctl"]
+
+
+def commands(db_url: str, rounds: int) -> dict[str, list[float]]:
+    env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "CRONCTL_STORE": db_url,
+           "NO_COLOR": "1"}
+    steps = {"add": ["add", ONE, "--every", "1h", "--", "true"], "edit": ["edit", ONE, "--every", "2h"],
+             "remove": ["remove", ONE]}
+    times: dict[str, list[float]] = {step: [] for step in steps}
+    for index in range(rounds + 1):
+        for step, args in steps.items():
+            elapsed = cronctl(args, env)
+            if index:  # the first round warms the page cache
+                times[step].append(elapsed)
+    return times
+
+
+def apply_new(url: str, jobs: int, rounds: int) -> list[float]:
+    work = Path(tempfile.mkdtemp(prefix="cronctl-bench-defs-"))
+    file = work / "jobs.yaml"
+    file.write_text("jobs:\n" + "".join(f"  - name: job-{i}\n    every: 1h\n    command: /usr/local/bin/report {i}\n"
+                                        for i in range(jobs)))
+    times = []
+    for _ in range(rounds):
+        with fresh_database(url) as db_url:
+            env = {**os.environ, "CRONCTL_HOME": str(work / uuid.uuid4().hex), "CRONCTL_STORE": db_url}
+            cronctl(["list", "--json"], env)  # the schema, created before the clock starts
+            times.append(cronctl(["apply", "-f", str(file)], env))
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--command-rounds", type=int, default=10)
+    parser.add_argument("--apply-jobs", type=int, default=100000)
+    parser.add_argument("--apply-rounds", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict[int, dict[str, tuple[float, float, float]]] = {}
+    with server_url() as url:
+        print(f"{'jobs':>7} {'step':>7} {'db ms':>7} {'db p90':>7} {'call ms':>8} {'command ms':>11} {'cmd p90':>8}")
+        for size in sizes:
+            with fresh_database(url) as db_url:
+                populate(db_url, size)
+                calls = in_process(db_url, args.rounds)
+                whole = commands(db_url, args.command_rounds)
+            results[size] = {}
+            for step in ("add", "edit", "remove"):
+                db = [d for _, d in calls[step]]
+                client = [c for c, _ in calls[step]]
+                results[size][step] = (median(db), median(client), median(whole[step]))
+                print(f"{size:>7} {step:>7} {median(db):>7.2f} {p90(db):>7.2f} {median(client):>8.2f} "
+                      f"{median(whole[step]):>11.1f} {p90(whole[step]):>8.1f}")
+        low, high = sizes[0], sizes[-1]
+        print(f"\nratio {high} / {low} jobs (medians):")
+        for step in ("add", "edit", "remove"):
+            (db_lo, call_lo, cmd_lo), (db_hi, call_hi, cmd_hi) = results[low][step], results[high][step]
+            print(f"  {step:>7}: db {db_hi / db_lo:.2f}x, call {call_hi / call_lo:.2f}x, "
+                  f"command {cmd_hi / cmd_lo:.2f}x")
+        if args.apply_jobs:
+            times = apply_new(url, args.apply_jobs, args.apply_rounds)
+            print(f"\napply -f of {args.apply_jobs} new jobs into an empty store: median {median(times) / 1000:.2f} s "
+                  f"(runs: {', '.join(f'{t / 1000:.2f}' for t in times)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The `Definitions` interface (store/definitions.py), the same on each backend: what the
+defining commands may rely on, whatever store holds the jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronctl.clock import FakeClock
+from cronctl.context import Context
+from cronctl.errors import ConflictError
+from cronctl.jobs.state import entry_from, new_state
+from cronctl.models import AuditEvent, JobSpec
+from cronctl.store.pg.connect import parse_store_url
+from tests import pgfixtures
+
+pg_server_url = pgfixtures.pg_server_url
+pg_url = pgfixtures.pg_url
+store_url = pgfixtures.store_url
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(params=["json", "postgres"])
+def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Context]:
+    url = parse_store_url(request.getfixturevalue("store_url")) if request.param == "postgres" else None
+    yield Context.open(tmp_path / "home", clock=FakeClock(T0), store_url=url)
+
+
+def entry(name: str, source: str | None = None, **fields: Any) -> dict[str, Any]:
+    spec = JobSpec(name=name, command="true", source=source, **{"every": 3600.0, **fields})
+    return entry_from(spec, new_state(T0, T0 + timedelta(hours=1)))
+
+
+def define(ctx: Context, *entries: dict[str, Any]) -> None:
+    with ctx.definitions.editing([e["name"] for e in entries]) as edit:
+        for one in entries:
+            edit.add(one)
+
+
+def events(ctx: Context, event: str) -> list[str]:
+    return [row["job"] for row in ctx.audit.rows() if row["event"] == event]
+
+
+def test_an_added_job_reads_back_by_name_and_among_the_names(ctx: Context) -> None:
+    define(ctx, entry("a"), entry("b"))
+    got = ctx.definitions.get("a")
+    assert got is not None and got["command"] == "true"
+    assert got["state"]["next_run_at"] == "2026-03-01T13:00:00.000+00:00"
+    assert ctx.definitions.get("nope") is None
+    assert ctx.definitions.names() == {"a", "b"}
+
+
+def test_an_edit_hands_over_only_the_jobs_it_names_and_those_of_its_source(ctx: Context) -> None:
+    define(ctx, entry("a"), entry("b", source="/f.yaml"), entry("c", source="/f.yaml"), entry("d"))
+    with ctx.definitions.editing(["a", "missing"]) as edit:
+        assert sorted(edit.entries) == ["a"]
+    with ctx.definitions.editing(["a"], source="/f.yaml") as edit:
+        assert sorted(edit.entries) == ["a", "b", "c"]
+    with ctx.definitions.editing(None) as edit:
+        assert sorted(edit.entries) == ["a", "b", "c", "d"]
+
+
+def test_replace_and_remove_land_with_their_audit_rows(ctx: Context) -> None:
+    define(ctx, entry("a"), entry("b"))
+    with ctx.definitions.editing(["a", "b"]) as edit:
+        changed = dict(edit.entries["a"], command="false")
+        changed["state"] = {**changed["state"], "paused": True}
+        edit.replace("a", changed)
+        edit.remove("b")
+        edit.audit([(AuditEvent.JOB_UPDATED, {"job": "a", "by": "edit"}), (AuditEvent.JOB_REMOVED, {"job": "b"})])
+    got = ctx.definitions.get("a")
+    assert got is not None and got["command"] == "false" and got["state"]["paused"] is True
+    assert ctx.definitions.names() == {"a"}
+    assert events(ctx, "job.updated") == ["a"] and events(ctx, "job.removed") == ["b"]
+
+
+def test_an_exception_in_the_body_writes_nothing_and_no_audit_row(ctx: Context) -> None:
+    define(ctx, entry("a"))
+    with pytest.raises(ConflictError), ctx.definitions.editing(["a", "b"]) as edit:
+        edit.add(entry("b"))
+        edit.remove("a")
+        edit.audit([(AuditEvent.JOB_ADDED, {"job": "b"})])
+        raise ConflictError("refused")
+    assert ctx.definitions.names() == {"a"}
+    assert events(ctx, "job.added") == []
+
+
+def test_linked_specs_give_the_upstreams_asked_for(ctx: Context) -> None:
+    define(ctx, entry("up"), entry("other"))
+    with ctx.definitions.editing(["new"]) as edit:
+        linked = edit.linked_specs(["up"])
+    # The JSON document is in hand whole: it gives every job; the database only what is asked.
+    assert "up" in linked and linked["up"].every == 3600.0
