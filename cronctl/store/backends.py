@@ -4,9 +4,10 @@
 store of the home, as always. The URL's password is shown nowhere (`StoreUrl`).
 
 With PostgreSQL selected, the run path and the read views go through `PgLeaseStore`,
-what works on the document (defining and editing jobs, doctor, metrics) through
-`PgDocStore` (store/pg/docstore.py), and the audit log is the database's (`PgAuditLog`),
-all over one connection (`PgSession`). The home keeps this host's files only (run logs).
+defining and editing jobs through `PgDefinitions` (store/pg/definitions.py), what still
+reads one document (status, doctor, metrics) through the read-only `PgDocStore`
+(store/pg/docstore.py), and the audit log is the database's (`PgAuditLog`), all over one
+connection (`PgSession`). The home keeps this host's files only (run logs).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`PgDocStore`: the JSON store's document API over the rows (store/pg/docstore.py)."""
+"""`PgDocStore`: the JSON store's document API over the rows, read-only (store/pg/docstore.py); the
+definitions written beside it by `PgDefinitions` (store/pg/definitions.py)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ from typing import Any
 import pytest
 
 from cronctl.clock import SystemClock
-from cronctl.errors import ConflictError, StoreError
+from cronctl.errors import StoreError
 from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import JobSpec, RunStatus
 from cronctl.paths import open_home
-from cronctl.store.backends import PgSession
+from cronctl.store.backends import PgAuditLog, PgSession
 from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
 from cronctl.store.leases import RunEnd
 from cronctl.store.pg.connect import Connection, parse_store_url
-from cronctl.store.pg.docstore import PgDocStore, add_up, change_of
+from cronctl.store.pg.definitions import PgDefinitions
+from cronctl.store.pg.docstore import PgDocStore, add_up
 from cronctl.store.pg.leases import PgLeaseStore
-from cronctl.store.schema import bump_counter
 from tests.pg.pghelp import one
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
@@ -34,10 +35,21 @@ def docstore(store_url: str, tmp_path: Path) -> PgDocStore:
     return PgDocStore(open_home(tmp_path / "home"), PgSession(parse_store_url(store_url)), "host-a")
 
 
+def definitions(store: PgDocStore) -> PgDefinitions:
+    """The definitions of the same session: what writes the jobs the document shows."""
+    assert isinstance(store.session, PgSession)
+    return PgDefinitions(store.session, PgAuditLog(store.session, store._paths.audit, SystemClock()))
+
+
 def add(store: PgDocStore, name: str, **fields: Any) -> None:
     spec = JobSpec(name=name, command="true", **{"every": 3600.0, **fields})
-    with store.transaction() as doc:
-        doc["jobs"][name] = entry_from(spec, new_state(NOW, NOW + timedelta(hours=1)))
+    with definitions(store).editing([name]) as edit:
+        edit.add(entry_from(spec, new_state(NOW, NOW + timedelta(hours=1))))
+
+
+def remove(store: PgDocStore, name: str) -> None:
+    with definitions(store).editing([name]) as edit:
+        edit.remove(name)
 
 
 def rows(conn: Connection) -> list[tuple[Any, ...]]:
@@ -62,32 +74,14 @@ def test_a_live_run_is_a_claim_of_its_job(docstore: PgDocStore, conn: Connection
     assert list(docstore.read()["jobs"]["tick"]["state"]["claims"]) == [run.run_id]
 
 
-def test_an_exception_in_the_body_changes_nothing(docstore: PgDocStore, conn: Connection) -> None:
-    add(docstore, "tick")
-    before = rows(conn)
-    with pytest.raises(ConflictError), docstore.transaction() as doc:
-        doc["jobs"]["tick"]["state"]["paused"] = True
-        add_more = entry_from(JobSpec(name="other", command="true", every=60.0), new_state(NOW, NOW))
-        doc["jobs"]["other"] = add_more
-        del doc["jobs"]["tick"]
-        raise ConflictError("the body changed its mind")
-    assert rows(conn) == before
-
-
-def test_a_transaction_that_changes_nothing_writes_nothing(docstore: PgDocStore, conn: Connection) -> None:
-    add(docstore, "tick")
-    before = rows(conn)
-    with docstore.transaction() as doc:
-        doc["jobs"]["tick"]["state"]["paused"] = doc["jobs"]["tick"]["state"]["paused"]
-    assert rows(conn) == before
-
-
 def test_a_spec_change_bumps_the_version_a_state_change_does_not(docstore: PgDocStore, conn: Connection) -> None:
     add(docstore, "tick")
-    with docstore.transaction() as doc:
-        doc["jobs"]["tick"]["state"]["paused"] = True
-    with docstore.transaction() as doc:
-        doc["jobs"]["tick"]["every"] = "2h"
+    with definitions(docstore).editing(["tick"]) as edit:
+        entry = edit.entries["tick"]
+        entry["state"]["paused"] = True
+        edit.replace("tick", entry)
+    with definitions(docstore).editing(["tick"]) as edit:
+        edit.replace("tick", {**edit.entries["tick"], "every": "2h"})
     assert one(conn, "SELECT spec_version FROM cronctl_jobs") == 2
     assert one(conn, "SELECT paused FROM cronctl_jobs") is True
 
@@ -96,35 +90,35 @@ def test_removing_a_job_with_a_live_run_ends_the_run(docstore: PgDocStore, conn:
     add(docstore, "tick")
     leases = PgLeaseStore(conn, "host-b", clock=SystemClock())
     [run] = leases.claim_force("tick", leases.db_now(), REMOTE, Lease(0.0, NOW)).claims
-    with docstore.transaction() as doc:
-        del doc["jobs"]["tick"]
+    remove(docstore, "tick")
     assert one(conn, "SELECT state || ' ' || reason FROM cronctl_runs WHERE run_id = %s", run.run_id) == \
         "killed removed"
     add(docstore, "tick")  # the name again: none of the old runs is its claim
     assert docstore.read()["jobs"]["tick"]["state"]["claims"] == {}
 
 
-def test_counters_are_every_hosts_added_up_and_a_change_goes_to_this_hosts_row(docstore: PgDocStore,
-                                                                               conn: Connection) -> None:
+def test_counters_are_every_hosts_added_up(docstore: PgDocStore, conn: Connection) -> None:
     with conn.transaction():
         conn.execute("""INSERT INTO cronctl_meta (key, value) VALUES ('counters@host-b', '{"takeover": 2}'),
+                        ('counters@host-a', '{"takeover": 1, "owner_dead": 1}'),
                         ('metrics@host-b', '{"fire_lateness_seconds": {"buckets": {"0.1": 1}, "sum": 0.05,
                          "count": 1}}')""")
-    with docstore.transaction() as doc:
-        assert doc["counters"] == {"takeover": 2}
-        bump_counter(doc, "takeover")
-        bump_counter(doc, "owner_dead")
     assert docstore.read()["counters"] == {"takeover": 3, "owner_dead": 1}
-    assert one(conn, "SELECT value FROM cronctl_meta WHERE key = 'counters@host-a'") == {"takeover": 1,
-                                                                                         "owner_dead": 1}
     assert docstore.read()["metrics"]["fire_lateness_seconds"]["count"] == 1
 
 
-def test_adding_up_and_the_change_of_nested_numbers() -> None:
+def test_nothing_is_written_through_the_document(docstore: PgDocStore, conn: Connection) -> None:
+    add(docstore, "tick")
+    with pytest.raises(StoreError, match="not written as a document: definitions go through ctx.definitions"), \
+            docstore.transaction() as doc:
+        doc["jobs"]["tick"]["state"]["paused"] = True
+    assert one(conn, "SELECT paused FROM cronctl_jobs") is False
+    assert not (docstore._paths.store).exists()
+
+
+def test_adding_up_nested_numbers() -> None:
     assert add_up({"a": 1, "h": {"b": {"x": 1}, "sum": 0.5}}, {"a": 2, "h": {"b": {"x": 1, "y": 2}, "sum": 1.0}}) \
         == {"a": 3, "h": {"b": {"x": 2, "y": 2}, "sum": 1.5}}
-    assert change_of({"a": 1, "h": {"x": 1}}, {"a": 3, "h": {"x": 1, "y": 1}}) == {"a": 2, "h": {"y": 1}}
-    assert change_of({"a": 1}, {"a": 1}) is None
 
 
 def test_read_if_changed_answers_unchanged_with_one_query_and_sees_every_writer(docstore: PgDocStore,
@@ -156,17 +150,9 @@ def test_read_if_changed_answers_unchanged_with_one_query_and_sees_every_writer(
     leases.finish_many(REMOTE, [ended_ok], leases.db_now())
     ended, signature = docstore.read_if_changed(signature)
     assert ended is not None and ended["jobs"]["tick"]["state"]["claims"] == {}
-    with docstore.transaction() as doc:
-        del doc["jobs"]["tick"]
+    remove(docstore, "tick")
     gone, _ = docstore.read_if_changed(signature)
     assert gone is not None and gone["jobs"] == {}
-
-
-def test_a_job_with_after_is_refused_and_nothing_written(docstore: PgDocStore, conn: Connection) -> None:
-    add(docstore, "up")
-    with pytest.raises(StoreError, match="job 'down': field 'after'"):
-        add(docstore, "down", every=None, after=("up",))
-    assert [row[0] for row in rows(conn)] == ["up"]
 
 
 def test_a_definitions_transaction_and_a_loops_lease_operation_wait_for_each_other_without_deadlock(
@@ -184,19 +170,15 @@ def test_a_definitions_transaction_and_a_loops_lease_operation_wait_for_each_oth
 
     loop = threading.Thread(target=loop_claims)
     loop.start()
-    with docstore.transaction() as doc:
+    with definitions(docstore).editing(["a", "c"]) as edit:
         inside.set()
         time.sleep(0.5)  # the loop's claim waits on the row this transaction holds
         assert claimed == []
-        doc["jobs"]["a"]["state"]["paused"] = True
+        entry = edit.entries["a"]
+        entry["state"]["paused"] = True
+        edit.replace("a", entry)
     loop.join(20)
     assert len(claimed) == 1
     assert docstore.read()["jobs"]["a"]["state"]["paused"] is True
 
 
-def test_a_read_inside_a_transaction_sees_that_transaction(docstore: PgDocStore) -> None:
-    add(docstore, "tick")
-    with docstore.transaction() as doc:
-        doc["jobs"]["other"] = entry_from(JobSpec(name="other", command="true", every=60.0), new_state(NOW, NOW))
-        assert list(docstore.read()["jobs"]) == ["tick"]  # not written yet: the body's document is its own
-    assert list(docstore.read()["jobs"]) == ["other", "tick"]

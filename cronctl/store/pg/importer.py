@@ -18,7 +18,7 @@ from cronctl.errors import ConflictError
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
-from cronctl.store.pg.docstore import DEFINITIONS_LOCK_KEY
+from cronctl.store.pg.definitions import DEFINITIONS_LOCK_KEY
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.transaction import Limits, short_transaction
 from cronctl.store.pg.writes import WriteStage, take_xact_lock
@@ -41,7 +41,8 @@ def import_document(conn: Connection, doc: dict[str, Any], records: Sequence[dic
     stage = stage or WriteStage()
     jobs: dict[str, Any] = doc.get("jobs") or {}
     with short_transaction(conn, IMPORT_LIMITS):
-        # As every definitions writer (docstore): an `add` meanwhile lands before or after, never across.
+        # Exclusive, where every definitions writer takes it shared: an `add` meanwhile lands before
+        # or after, never across.
         take_xact_lock(conn, DEFINITIONS_LOCK_KEY, IMPORT_LIMITS.lock_s, "store import-json")
         if replace:
             conn.execute("DELETE FROM cronctl_runs")
