@@ -9,7 +9,8 @@ generate_series, each row as `apply` writes it). Then, per round:
   statement's round trip, the COPY and the COMMIT) and the rest (Python: validation,
   building the entry);
 - the whole command, as a user runs it (`cronctl add`, `cronctl edit`, `cronctl remove`,
-  a new process each, `$CRONCTL_STORE` naming the database).
+  a new process each, `$CRONCTL_STORE` naming the database); and, as the floor of any
+  command on this machine, the same commands on the JSON store of an empty home.
 
 Prints medians (and p90) per step and size, and the ratio of each step at the largest
 size to the same step at the smallest. Then `apply -f` of a file of `--apply-jobs` new
@@ -168,9 +169,13 @@ def cronctl_bin() -> list[str]:
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "cronctl"]
 
 
-def commands(db_url: str, rounds: int) -> dict[str, list[float]]:
-    env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "CRONCTL_STORE": db_url,
-           "NO_COLOR": "1"}
+def commands(db_url: str | None, rounds: int) -> dict[str, list[float]]:
+    """Each command's milliseconds; `db_url` None: the JSON store of an empty home (the floor:
+    the interpreter, the CLI and one small store write, nothing of PostgreSQL)."""
+    env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "NO_COLOR": "1"}
+    env.pop("CRONCTL_STORE", None)
+    if db_url is not None:
+        env["CRONCTL_STORE"] = db_url
     steps = {"add": ["add", ONE, "--every", "1h", "--", "true"], "edit": ["edit", ONE, "--every", "2h"],
              "remove": ["remove", ONE]}
     times: dict[str, list[float]] = {step: [] for step in steps}
@@ -228,6 +233,9 @@ def main() -> int:
                 results[size][step] = (median(db), median(client), median(whole[step]))
                 print(f"{size:>7} {step:>7} {median(db):>7.2f} {p90(db):>7.2f} {median(client):>8.2f} "
                       f"{median(whole[step]):>11.1f} {p90(whole[step]):>8.1f}")
+        floor = commands(None, args.command_rounds)
+        print("the same commands on the JSON store of an empty home (the floor of a command): "
+              + ", ".join(f"{step} {median(values):.1f} ms" for step, values in floor.items()))
         low, high = sizes[0], sizes[-1]
         print(f"\nratio {high} / {low} jobs (medians):")
         for step in ("add", "edit", "remove"):
