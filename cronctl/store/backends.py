@@ -178,13 +178,13 @@ class PgAuditLog(AuditLog):
     def prepare(self, rows: list[tuple[str, dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
         """The rows as `append_many` tells them, and their parameters for `insert_audit_rows`:
         a write that must commit with its audit rows (store/pg/definitions.py) inserts them itself."""
-        from psycopg.types.json import Jsonb
-
-        from cronctl.store.pg.audit import dumps
+        from cronctl.store.audit import now_ms_iso
+        from cronctl.store.pg.audit import json_text
         from cronctl.store.pg.identity import host_id
 
         host = host_id()  # which host decided it, as the lease store's rows say (SPEC §9)
-        written = [{**self._row(event, dict(details)), "host": host} for event, details in rows]
+        stamp = now_ms_iso(self.clock)  # once for the burst: the table keeps its own `at`
+        written = [{**self._row(event, {"ts": stamp, **details}), "host": host} for event, details in rows]
         params = []
         for row in written:
             rest = {k: v for k, v in row.items()
@@ -192,7 +192,7 @@ class PgAuditLog(AuditLog):
             slot = row.get("slot")
             params.append((row["event"], row.get("job"), row.get("run_id"),
                            from_iso(slot) if isinstance(slot, str) else slot, row.get("reason"), host,
-                           Jsonb(rest, dumps=dumps)))
+                           json_text(rest)))  # COPY's text of a jsonb value
         return written, params
 
     def tell(self, written: list[dict[str, Any]]) -> None:

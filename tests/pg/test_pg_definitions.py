@@ -3,9 +3,11 @@ and its audit rows commit in its transaction."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from cronctl.context import Context
 from cronctl.errors import ConfigError, StoreError
 from cronctl.ops import definitions as ops
 from cronctl.store.pg import definitions as pg_definitions
+from cronctl.store.pg.audit import dumps, json_text
 from cronctl.store.pg.connect import Connection, parse_store_url
 from tests.pg.pghelp import one
 
@@ -129,3 +132,13 @@ def test_apply_prunes_the_jobs_its_file_defined_found_by_source(ctx: Context, tm
     plan = ops.apply_file(ctx, str(first), prune=True)
     assert (plan.update, plan.prune) == ({"f1": ["every"]}, ["f2"])
     assert "f2" not in ctx.definitions.names() and len(ctx.definitions.names()) == JOBS + 1
+
+
+@pytest.mark.parametrize("value", [
+    {"job": "a", "fields": ["every", "at"], "n": 3, "x": 0.1, "ok": True, "none": None, "env": {"K": "v é"}},
+    {"next_run_at": datetime(2026, 3, 1, 12, tzinfo=timezone.utc), "job": "a"},  # an instant: as dumps writes it
+    {"nested": [{"when": datetime(2026, 3, 1, tzinfo=timezone.utc)}]},
+    {"tail": "a\x00b", "tuple": ("x", 1)},  # NUL becomes U+FFFD; a tuple is a list
+])
+def test_json_text_is_the_value_dumps_writes(value: dict[str, Any]) -> None:
+    assert json.loads(json_text(value)) == json.loads(dumps(value))

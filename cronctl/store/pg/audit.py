@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from psycopg.types.json import Jsonb
 
 from cronctl.models import AuditEvent
@@ -52,6 +53,34 @@ def dumps(value: Any) -> str:
     jsonb refuses \\u0000, and a job that prints a NUL must not make its run unrecordable."""
     text = json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
     return _NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
+
+
+_PLAIN = (str, int, float, bool, type(None))
+_encode = msgspec.json.Encoder().encode
+
+
+def json_text(value: dict[str, Any]) -> str:
+    """`dumps(value)` as the same JSON value, several times faster for plain data (a burst of
+    100,000 audit rows, or as many specs and states): msgspec's encoding where `value` holds
+    only strings, numbers, booleans, nulls, lists and objects of them; `dumps` for anything
+    else (an instant, which `dumps` writes as every other row does) and for a NUL."""
+    if not _plain(value):
+        return dumps(value)
+    try:
+        text = _encode(value).decode()
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        return dumps(value)
+    return dumps(value) if "\\u0000" in text else text
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _plain(item) for key, item in value.items())
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    return False
 
 
 def insert_audit_rows(conn: Connection, params: list[tuple[Any, ...]]) -> None:

@@ -20,7 +20,6 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-import msgspec
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -28,7 +27,7 @@ from cronctl.errors import CronctlError, StoreError
 from cronctl.models import JobSpec, Overlap
 from cronctl.store.claims import wake_at
 from cronctl.store.definitions import AuditRows, DefinitionsEdit, already_exists
-from cronctl.store.pg.audit import dumps, insert_audit_rows
+from cronctl.store.pg.audit import dumps, insert_audit_rows, json_text
 from cronctl.store.pg.connect import Connection, StoreUrl
 from cronctl.store.pg.document import load_jobs
 from cronctl.store.pg.schema import LIVE_STATES
@@ -139,20 +138,6 @@ def added_meanwhile(names: list[str]) -> CronctlError:
     listed = ", ".join(f"'{name}'" for name in names) or "of this file"
     return StoreError(f"job {listed} was added meanwhile by another writer of the PostgreSQL store; "
                       "nothing was changed: try again")
-
-
-_encode = msgspec.json.Encoder().encode
-
-
-def json_text(value: dict[str, Any]) -> str:
-    """A jsonb value as COPY's text: msgspec's encoding (a quarter of json.dumps's time, 100,000
-    specs and states at once); NUL, which jsonb refuses, and anything msgspec cannot encode
-    as `audit.dumps` writes it."""
-    try:
-        text = _encode(value).decode()
-    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
-        return dumps(value)
-    return dumps(value) if "\\u0000" in text else text
 
 
 def spec_of(entry: dict[str, Any]) -> dict[str, Any]:
