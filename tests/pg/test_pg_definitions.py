@@ -142,3 +142,12 @@ def test_apply_prunes_the_jobs_its_file_defined_found_by_source(ctx: Context, tm
 ])
 def test_json_text_is_the_value_dumps_writes(value: dict[str, Any]) -> None:
     assert json.loads(json_text(value)) == json.loads(dumps(value))
+
+
+def test_a_new_job_reads_back_exactly_whatever_its_text_holds(ctx: Context) -> None:
+    command = "printf 'a\\tb\\n' | tr -d '\\\\' # é\t\\N\r\n"
+    env = {"TAB": "x\ty", "SLASH": "\\", "NEWLINE": "1\n2", "NULL_WORD": "\\N"}
+    view = ops.add_job(ctx, ops.spec_from_options("odd", {"every": "1h", "command": command, "env": env}))
+    got = ctx.definitions.get("odd")
+    assert got is not None and got["command"] == command and got["env"] == env
+    assert got["state"] == {**view.state, "claims": {}}

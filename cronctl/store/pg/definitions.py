@@ -120,9 +120,10 @@ class PgEdit:
             for name in names:
                 entry = self.added[name]
                 state = stored_state(entry)
-                copy.write_row((name, json_text(spec_of(entry)), overlap_of(entry), paused_of(entry, state),
-                                from_iso(state.get("next_run_at")), wake_at({**entry, "state": state}),
-                                json_text(state)))
+                # A spec is `JobSpec.to_dict`'s and a new state `new_state`'s: plain data.
+                copy.write_row((name, json_text(spec_of(entry), plain=True), overlap_of(entry),
+                                paused_of(entry, state), from_iso(state.get("next_run_at")),
+                                wake_at({**entry, "state": state}), json_text(state, plain=True)))
 
     def _update_row(self, name: str, entry: dict[str, Any]) -> tuple[Any, ...]:
         spec, state = spec_of(entry), stored_state(entry)
