@@ -19,8 +19,11 @@ jobs into an empty database, as a command (median of `--apply-rounds`).
 The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
 stopped at the end.
 
+`--before DIR` also runs the same commands of an older source tree (`git archive COMMIT |
+tar -x -C DIR`), each size on a database of that tree's schema: the before and after of one run.
+
 Usage: python bench/pg_definitions.py [--sizes 1000,100000] [--rounds 30] [--command-rounds 10]
-                                      [--apply-jobs 100000] [--apply-rounds 3]
+                                      [--apply-jobs 100000] [--apply-rounds 3] [--before DIR]
 """
 
 from __future__ import annotations
@@ -80,16 +83,19 @@ def fresh_database(url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def populate(db_url: str, jobs: int) -> None:
-    """`jobs` rows `job-1`... as `apply` writes them: the spec of a file's job, a new state."""
+def populate(db_url: str, jobs: int, before: Path | None = None) -> None:
+    """`jobs` rows `job-1`... as `apply` writes them: the spec of a file's job, a new state.
+    The schema is the one of the cronctl that will use it (`before`: an older source tree)."""
     from cronctl.schedule.slots import first_slot
 
     spec = JobSpec(name="template", command="/usr/local/bin/report --daily", every=3600.0,
                    source="/etc/cronctl/jobs.yaml")
     now = SystemClock().now()
     state = new_state(now, first_slot(spec, now))
-    ctx = Context.open(Path(tempfile.mkdtemp(prefix="cronctl-bench-defs-")), store_url=parse_store_url(db_url))
-    ctx.definitions.names()  # the schema, brought up to date by the first connection
+    env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "CRONCTL_STORE": db_url}
+    if before is not None:
+        env["PYTHONPATH"] = str(before)
+    cronctl(["list", "--json"], env)  # the schema, brought up to date by the first connection
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(
             """INSERT INTO cronctl_jobs (name, spec, overlap, next_run_at, wake_at, state)
@@ -169,11 +175,14 @@ def cronctl_bin() -> list[str]:
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "cronctl"]
 
 
-def commands(db_url: str | None, rounds: int) -> dict[str, list[float]]:
+def commands(db_url: str | None, rounds: int, before: Path | None = None) -> dict[str, list[float]]:
     """Each command's milliseconds; `db_url` None: the JSON store of an empty home (the floor:
-    the interpreter, the CLI and one small store write, nothing of PostgreSQL)."""
+    the interpreter, the CLI and one small store write, nothing of PostgreSQL); `before`: the
+    commands of an older source tree (its directory put first on PYTHONPATH)."""
     env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "NO_COLOR": "1"}
     env.pop("CRONCTL_STORE", None)
+    if before is not None:
+        env["PYTHONPATH"] = str(before)
     if db_url is not None:
         env["CRONCTL_STORE"] = db_url
     steps = {"add": ["add", ONE, "--every", "1h", "--", "true"], "edit": ["edit", ONE, "--every", "2h"],
@@ -216,6 +225,8 @@ def main() -> int:
     parser.add_argument("--command-rounds", type=int, default=10)
     parser.add_argument("--apply-jobs", type=int, default=100000)
     parser.add_argument("--apply-rounds", type=int, default=3)
+    parser.add_argument("--before", type=Path, help="an older source tree (git archive of a commit): its commands "
+                        "measured beside this one's, on a database of its own schema")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[int, dict[str, tuple[float, float, float]]] = {}
@@ -233,6 +244,13 @@ def main() -> int:
                 results[size][step] = (median(db), median(client), median(whole[step]))
                 print(f"{size:>7} {step:>7} {median(db):>7.2f} {p90(db):>7.2f} {median(client):>8.2f} "
                       f"{median(whole[step]):>11.1f} {p90(whole[step]):>8.1f}")
+            if args.before is not None:
+                with fresh_database(url) as db_url:
+                    populate(db_url, size, args.before)
+                    old = commands(db_url, args.command_rounds, args.before)
+                print(f"{size:>7} before: " + ", ".join(f"{step} {median(values):.1f} ms (this one "
+                                                         f"{median(whole[step]) / median(values):.2f}x)"
+                                                         for step, values in old.items()))
         floor = commands(None, args.command_rounds)
         print("the same commands on the JSON store of an empty home (the floor of a command): "
               + ", ".join(f"{step} {median(values):.1f} ms" for step, values in floor.items()))
