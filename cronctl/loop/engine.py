@@ -680,13 +680,15 @@ def spawn_refused(new: NewClaim, errno_: int | None, error: str) -> Refused:
     """A claimed run whose child could not be spawned: its claim is released at once.
 
     A forced run is recorded `not_started` (spawn_failed) as well: whoever asked for it
-    (perhaps waiting with --wait) learns from its record that nothing ran. A scheduled
-    run is only released, so its next slot (or its pending retry) fires as usual.
+    (perhaps waiting with --wait) learns from its record that nothing ran; so is a chain
+    node, whose chain has no next slot to fire it again: it ends there, failed, and its
+    dependants are decided (released, the node would be claimed and refused every tick).
+    A scheduled run is only released, so its next slot (or its pending retry) fires as usual.
     """
     event = Event(AuditEvent.RUN_SPAWN_FAILED, {
         "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
         "errno": errno_, "error": error})
-    if new.trigger != Trigger.FORCE:
+    if new.trigger != Trigger.FORCE and new.chain is None:
         return Refused(new.job, new.run_id, None, event)
     fault = Fault.JOB if errno_ == errno.E2BIG else Fault.PLATFORM
     outcome = Outcome(RunStatus.NOT_STARTED, "spawn_failed", output_tail=error, fault=fault)

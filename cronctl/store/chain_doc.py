@@ -26,10 +26,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from cronctl.jobs.chain_broken import BREAKING, MARK
 from cronctl.jobs.graph import descendants_of
 from cronctl.jobs.state import JobView
-from cronctl.models import AuditEvent, JobSpec, Requires, RunStatus, Trigger
-from cronctl.store import chain_skips
+from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec, Requires, RunStatus, Trigger
+from cronctl.store import chain_skips, notify_owed
 from cronctl.timefmt import from_iso, to_iso
 
 WAITING, READY, RUNNING, RETRYING, SKIPPED = "waiting", "ready", "running", "retrying", "skipped"
@@ -115,7 +116,25 @@ def after_finish(doc: dict[str, Any], job: str, claim: dict[str, Any], record: d
     for key in ("due_at", "ready_at"):
         node.pop(key, None)
     node.update({"status": record["status"], "run_id": claim["run_id"], "ended_at": record["ended_at"]})
+    if record["status"] in BREAKING:
+        _failed_its_chain(doc["jobs"][job]["state"], chain_id, record)
     return rows + propagate(doc, chain_id, now)
+
+
+def _failed_its_chain(state: dict[str, Any], chain_id: str, record: dict[str, Any]) -> None:
+    """The node's own end fails its chain: its job reads `failing`, counted by its alert_after,
+    whatever ended the run (jobs/chain_broken.py)."""
+    if state.get("last_run_id") != record["run_id"]:
+        # Nothing ran (not_started): a lone run keeps its job's last real run, but a node's
+        # LAST is its outcome in its last chain (SPEC §10).
+        state.update({
+            "last_run_at": record["claimed_at"], "last_status": record["status"], "last_exit_code": None,
+            "last_signal": None, "last_reason": record["reason"], "last_run_id": record["run_id"],
+            "last_slot": record["slot"], "last_duration": None, "last_late": False,
+        })
+    if record["status"] not in FAILED_STATUSES:  # killed, not_started: the run bumped no streak itself
+        state["consecutive_failures"] = int(state.get("consecutive_failures") or 0) + 1
+    state[MARK] = {"chain": chain_id, "run_id": record["run_id"], "status": record["status"]}
 
 
 def propagate(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:
@@ -201,8 +220,10 @@ def _end_if_done(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]
     totals[chain["outcome"]] = int(totals.get(chain["outcome"]) or 0) + 1
     _drop_old(doc)
     statuses = dict(sorted((name, node["status"]) for name, node in chain["nodes"].items()))
-    return [(AuditEvent.CHAIN_FINISHED, {"chain": chain_id, "root": chain["root"], "outcome": chain["outcome"],
-                                         "statuses": statuses})]
+    details = {"chain": chain_id, "root": chain["root"], "outcome": chain["outcome"], "statuses": statuses}
+    # Owed here, in whichever write ends the chain (a finish, or a claim write's skips).
+    notify_owed.chain_failed(doc, details, now)
+    return [(AuditEvent.CHAIN_FINISHED, details)]
 
 
 def _drop_old(doc: dict[str, Any]) -> None:
