@@ -46,8 +46,25 @@ def chains_of(doc: dict[str, Any]) -> dict[str, Any]:
     return chains
 
 
-def specs_of(doc: dict[str, Any]) -> dict[str, JobSpec]:
-    return {name: JobView.from_entry(entry).spec for name, entry in doc["jobs"].items()}
+def specs_of(doc: dict[str, Any], names: Any = None) -> dict[str, JobSpec]:
+    """The definitions of `names` that exist (None: of every job that is `after` another,
+    all a chain can reach): a chain's decisions never parse the jobs outside it."""
+    jobs = doc["jobs"]
+    if names is None:
+        names = _dependants(doc)
+    return {name: JobView.from_entry(jobs[name]).spec for name in names if name in jobs}
+
+
+def _dependants(doc: dict[str, Any]) -> list[str]:
+    """The jobs that run after another: in a one-job transaction (LazyJobs), found in the
+    bytes and parsed alone, not by parsing every job of the store (a chain's hop must not
+    grow with the store: 1000 other jobs cost each finish and claim of a chain 6 ms)."""
+    jobs = doc["jobs"]
+    named = getattr(jobs, "chain_names", None)
+    candidates = named() if named is not None else None
+    if candidates is None:
+        return [name for name, entry in jobs.items() if entry.get("after")]
+    return [name for name in candidates if (jobs.get(name) or {}).get("after")]
 
 
 def has_dependants(doc: dict[str, Any], job: str) -> bool:
@@ -68,7 +85,7 @@ def _upstream_names(doc: dict[str, Any]) -> frozenset[str]:
     cached = _upstreams_cache
     if cached is not None and cached[0] == key:
         return cached[1]
-    names = frozenset(name for entry in doc["jobs"].values() for name in (entry.get("after") or ()))
+    names = frozenset(up for name in _dependants(doc) for up in doc["jobs"][name].get("after") or ())
     _upstreams_cache = (key, names)
     return names
 
@@ -80,7 +97,8 @@ def start_chain(doc: dict[str, Any], root: str, chain_id: str, slot: str, now: d
                 root_status: str = RUNNING) -> list[Row]:
     """A new chain from `root`: the root (running, or `ready` for a forced chain) and every
     job below it, waiting."""
-    nodes: dict[str, dict[str, Any]] = {name: {"status": WAITING} for name in descendants_of(root, specs_of(doc))}
+    below = descendants_of(root, specs_of(doc))
+    nodes: dict[str, dict[str, Any]] = {name: {"status": WAITING} for name in below}
     nodes[root] = {"status": root_status}
     if root_status == READY:
         nodes[root].update({"ready_at": to_iso(now), "upstream": []})
@@ -141,7 +159,7 @@ def propagate(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:
     """Decide every waiting node whose upstreams have all ended: ready, or skipped."""
     chain = chains_of(doc)[chain_id]
     nodes: dict[str, dict[str, Any]] = chain["nodes"]
-    specs = specs_of(doc)
+    specs = specs_of(doc, nodes)
     rows: list[Row] = []
     changed = True
     while changed:  # a skip can decide the nodes below it
