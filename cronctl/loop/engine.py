@@ -29,7 +29,7 @@ from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (schedu
 from cronctl.loop.held import ActiveRun, HeldRun
 from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import on_failure_request
-from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger, command_text
+from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger
 from cronctl.proc.childsetup import child_setup_of
 from cronctl.proc.liveness import owner_alive
 from cronctl.proc.run import RunResult
@@ -729,7 +729,3 @@ def outcome_of(result: RunResult) -> Outcome:
     return Outcome(status=status, reason=result.reason, exit_code=result.exit_code, signal=result.signal,
                    duration=result.duration, output_tail=result.output_tail,
                    fault=Fault.PLATFORM if result.reason == "shutdown" else None)
-
-
-def describe(spec: JobSpec) -> str:
-    return f"{spec.name}: {spec.schedule_text}: {command_text(spec.command)}"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cronctl.context import Context
-from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
+from cronctl.errors import ConfigError, ConflictError, ScheduleError, no_job_named
 from cronctl.jobs.jobfile import build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
@@ -480,7 +480,7 @@ def require_jobs(ctx: Context, names: list[str] | None) -> None:
     jobs = ctx.store.read()["jobs"]
     for name in names or []:
         if name not in jobs:
-            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+            raise no_job_named(name)
 
 
 def parse_instant(text: str, keep_naive: bool = False) -> datetime:
