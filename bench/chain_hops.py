@@ -14,7 +14,7 @@ The floor is the same linear chain as one shell line, `/bin/true && /bin/true &&
 the next one's: a whole `true` plus the hop), the shell's taken with bash's
 $EPOCHREALTIME (a builtin: no process of its own) before each step.
 
-Usage: python bench/chain_hops.py [--chains 10] [--quick]
+Usage: python bench/chain_hops.py [--chains 10] [--quick] [--filler N]
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ def cronctl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)
 
 
-def jobs_yaml() -> str:
+def jobs_yaml(filler: int = 0) -> str:
+    """The two chains, and `filler` unrelated jobs (a chain's hop must not grow with the store)."""
     lines = ["jobs:", "  - {name: n0, every: 24h, command: 'true'}"]
+    lines += [f"  - {{name: filler-{i:05d}, every: 24h, command: 'true'}}" for i in range(filler)]
     lines += [f"  - {{name: {name}, after: {prev}, command: 'true'}}" for prev, name in zip(LINEAR, LINEAR[1:])]
     lines.append("  - {name: r, every: 24h, command: 'true'}")
     lines += [f"  - {{name: {name}, after: r, command: 'true'}}" for name in FAN]
@@ -115,11 +117,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chains", type=int, default=10, help="chains of each shape (default 10)")
     parser.add_argument("--quick", action="store_true", help="3 chains of each shape")
+    parser.add_argument("--filler", type=int, default=0, help="unrelated jobs in the store beside the chains")
     args = parser.parse_args()
     count = 3 if args.quick else args.chains
     home = new_workdir("chain-hops") / "home"
     jobs = home.parent / "jobs.yaml"
-    jobs.write_text(jobs_yaml())
+    jobs.write_text(jobs_yaml(args.filler))
     if cronctl(home, "apply", "-f", str(jobs)).returncode != 0:
         raise SystemExit("apply failed")
     loop = start_loop(home, "--quiet")
@@ -142,7 +145,8 @@ def main() -> None:
         row("fan-out 20, start -> start", fan[1], floor_p50),
         row("floor: one `/bin/true && ...` line, start -> start", floor, floor_p50),
     ]
-    print(table("Chain hops on the JSON store (one loop)", headers, rows, "python bench/chain_hops.py"))
+    title = f"Chain hops on the JSON store (one loop{f', {args.filler} other jobs' if args.filler else ''})"
+    print(table(title, headers, rows, "python bench/chain_hops.py" + (f" --filler {args.filler}" if args.filler else "")))
     print(f"SPEC §10 asks p99 <= 50 ms from the upstream's recorded end: linear {pct(linear[0], 99) * 1000:.1f} ms, "
           f"fan-out {pct(fan[0], 99) * 1000:.1f} ms.")
     print(machine_note())

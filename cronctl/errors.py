@@ -53,6 +53,12 @@ class JobNotFoundError(CronctlError):
     pass
 
 
+def no_job_named(*names: str) -> JobNotFoundError:
+    """The one error for jobs that are not defined, whatever the command and the store:
+    `no job named 'a' (see 'cronctl list')` (several: `'a', 'b'`)."""
+    return JobNotFoundError(f"no job named {', '.join(repr(str(name)) for name in names)} (see 'cronctl list')")
+
+
 class ConflictError(CronctlError):
     """The action would break a guarantee (e.g. removing a running job)."""
 

@@ -49,3 +49,45 @@ def test_the_tick_that_records_a_finish_claims_the_dependant_it_made_ready(home:
     finally:
         engine.supervisor.shutdown("shutdown", wait=10)
     assert ctx.store.read()["chains"][chain_id]["outcome"] == "success"
+
+
+def test_a_hop_parses_the_chains_jobs_not_the_store(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root's finish (which starts the chain) and the hop's claim are writes of the jobs
+    they name (LazyJobs): the chain's jobs are found in the bytes, so 200 other jobs are
+    never parsed on the hop."""
+    from datetime import datetime, timezone
+
+    from cronctl.clock import FakeClock
+    from cronctl.store.lazyjobs import LazyJobs
+
+    clock = FakeClock(datetime.now(timezone.utc).replace(microsecond=0))
+    ctx = Context.open(home, clock=clock)
+    for index in range(200):
+        ops.add_job(ctx, ops.spec_from_options(f"other-{index:03d}", {"every": "24h", "command": "true"}))
+    ops.add_job(ctx, ops.spec_from_options("a", {"every": "1h", "command": "true"}))
+    for name in ("b", "c"):
+        ops.add_job(ctx, ops.spec_from_options(name, {"after": ["a"], "command": "true"}))
+    clock.advance(3601.0)
+    engine = build_engine(ctx, cli_owner())
+    engine.supervisor.start()
+    try:
+        assert steady_tick(engine) == (0, 1), "a is claimed by its schedule"
+        wait_result(engine)
+        loaded: list[int] = []
+        real = LazyJobs.load_all
+        monkeypatch.setattr(LazyJobs, "load_all", lambda self: (loaded.append(1), real(self))[1])
+        assert engine.record_results() == 1 and engine.hops_claimed == 2, "b and c claimed in the hop"
+        assert loaded == [], "a hop parsed every job of the store"
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+
+
+def test_chain_names_are_read_from_the_bytes() -> None:
+    from cronctl.store.lazyjobs import JobLines
+
+    raw = (b'{\n "version": 1,\n "jobs": {\n  "a": {"command": "x \\"after\\": [y]"},\n'
+           b'  "b": {"after": ["a"]},\n  "c d": {"after": ["b"], "n": 1}\n }\n}\n')
+    lines = JobLines.of(raw)
+    assert lines is not None and lines.chain_names() == ["b", "c d"]
+    escaped = JobLines.of(raw.replace(b'"c d"', b'"c\\u0020d"'))
+    assert escaped is not None and escaped.chain_names() is None

@@ -2,7 +2,7 @@
 without the CLI framework.
 
 The typer commands of cli/jobs.py call these with the values typer parsed; the
-framework-free entry (cli/argv.py) calls the same functions with the values it parsed
+framework-free entry (cli/fastpath.py) calls the same functions with the values it parsed
 from the plain forms of a command line. One body per command either way: what it does
 and prints does not depend on who parsed its arguments. A body returns its exit code
 (None: 0). Each imports the use-case module it calls inside its own body: a command

@@ -2,7 +2,7 @@
 next, apply, validate, pause, resume. Registered on the app by cli/main.py.
 
 The bodies of most of them are in cli/jobcmds.py, which the framework-free entry calls
-too (cli/argv.py); these functions are what typer parses command lines into. Every
+too (cli/fastpath.py); these functions are what typer parses command lines into. Every
 command module is imported for every command, so each command imports the use-case
 module it calls (ops.definitions pulls in YAML and the schedule code) inside its own
 body: a command loads only what it uses.

@@ -2,7 +2,7 @@
 the clock chosen for it, and the context they open.
 
 Both ways in set it: the typer app's root options (cli/app.py) and the framework-free
-entry (cli/argv.py, entry.py), so a command body reads the same state whichever parsed
+entry (cli/fastpath.py, entry.py), so a command body reads the same state whichever parsed
 its command line.
 """
 

@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 
+from cronctl.interop.cronfields import ALL_DAYS, ALL_WEEKDAYS, consecutive_runs
 from cronctl.schedule.cron import CronExpr
 
 # systemd's weekday names, indexed like cron (0 = Sunday).
 _WEEKDAY_NAMES = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")
 # systemd reads weekday ranges Monday first and cannot wrap past Sunday.
 _WEEK_ORDER = (1, 2, 3, 4, 5, 6, 0)
-
-ALL_DAYS = frozenset(range(1, 32))
-ALL_WEEKDAYS = frozenset(range(7))
 
 
 def oncalendar_lines(expr: CronExpr, tz: str) -> list[str]:
@@ -101,17 +99,6 @@ def _step_of(ordered: Sequence[int], high: int) -> int | None:
     if list(ordered) != list(range(ordered[0], high + 1, step)):
         return None
     return step
-
-
-def consecutive_runs(ordered: Sequence[int]) -> list[list[int]]:
-    """[1, 2, 3, 7, 9, 10] -> [[1, 2, 3], [7], [9, 10]]."""
-    runs: list[list[int]] = []
-    for value in ordered:
-        if runs and value == runs[-1][-1] + 1:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
-    return runs
 
 
 def _run_text(run: list[int], show: Callable[[int], str], joiner: str) -> str:

@@ -13,7 +13,7 @@ from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from cronctl.interop.oncalendar import ALL_DAYS, ALL_WEEKDAYS, consecutive_runs
+from cronctl.interop.cronfields import ALL_DAYS, ALL_WEEKDAYS, consecutive_runs
 from cronctl.schedule.cron import CronExpr
 
 UTC = timezone.utc

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from cronctl.jobs.chain_broken import chain_words, failed_last
 from cronctl.jobs.state import JobView
 from cronctl.jobs.words import signal_text
 from cronctl.models import FAILED_STATUSES
@@ -75,7 +76,7 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
             f"due since {state.get('next_run_at')} and not started; is 'cronctl run' running?",
             "platform",
         )
-    if state.get("last_status") in FAILED_STATUSES:
+    if failed_last(state):
         return _failing_health(view, "")
     return JobHealth("ok", _ok_reason(view), None)
 
@@ -146,7 +147,7 @@ def _claimed_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease
             )
     started = {run_id: claim for run_id, claim in sorted(view.claims.items()) if child_started(claim, now)}
     where = ", ".join(_run_where(run_id, claim) for run_id, claim in started.items())
-    if view.state.get("last_status") in FAILED_STATUSES:
+    if failed_last(view.state):
         doing = f"; now running {where}" if started else f"; next run {', '.join(view.claims)} is due"
         return _failing_health(view, doing)
     if started:
@@ -210,7 +211,7 @@ def _failure_reason(state: dict[str, Any]) -> str:
     }.get(status or "", f"last run {status}")
     retry = state.get("retry")
     tail = f"; retry {retry['attempt']} at {retry['due_at']}" if retry else ""
-    return f"{words}{f' ({reason})' if reason and status != 'lost' else ''}{tail}"
+    return f"{words}{f' ({reason})' if reason and status != 'lost' else ''}{tail}{chain_words(state)}"
 
 
 def _error_words(state: dict[str, Any]) -> str:
@@ -225,4 +226,7 @@ def _error_words(state: dict[str, Any]) -> str:
 
 
 def _failure_fault(state: dict[str, Any]) -> str:
-    return "platform" if state.get("last_status") == "lost" else "job"
+    """A lost run, or a chain node that never started (not for want of its cwd or executable), is cronctl's."""
+    status = state.get("last_status")
+    nothing_ran = status == "not_started" and state.get("last_reason") != "blocked_config"
+    return "platform" if status == "lost" or nothing_ran else "job"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cronctl.errors import CronctlError, JobNotFoundError, StoreError
+from cronctl.errors import CronctlError, StoreError, no_job_named
 from cronctl.models import JobSpec
 from cronctl.schedule.cron import check_timezone, parse_cron
 from cronctl.timefmt import from_iso, to_iso
@@ -44,7 +44,7 @@ def get_entry(doc: dict[str, Any], name: str) -> dict[str, Any]:
     try:
         entry: dict[str, Any] = doc["jobs"][name]
     except KeyError:
-        raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')") from None
+        raise no_job_named(name) from None
     return entry
 
 

@@ -29,7 +29,7 @@ from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (schedu
 from cronctl.loop.held import ActiveRun, HeldRun
 from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import on_failure_request
-from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger, command_text
+from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger
 from cronctl.proc.childsetup import child_setup_of
 from cronctl.proc.liveness import owner_alive
 from cronctl.proc.run import RunResult
@@ -108,6 +108,7 @@ class Engine:
                  wake: threading.Event | None = None, due: DueSource | None = None) -> None:
         self.ctx = ctx
         self.supervisor = supervisor
+        self.hops_claimed = 0  # chain nodes claimed by record_results (the hop), counted in the tick's report
         self.owner = owner
         self.options = options or EngineOptions()
         self.wake = wake or threading.Event()
@@ -161,7 +162,7 @@ class Engine:
         report = TickReport()
         self.recover_pending()
         report.finished = self.record_results()
-        report.claimed = self.fire_due()
+        report.claimed, self.hops_claimed = self.hops_claimed + self.fire_due(), 0
         report.claimed += self.fire_ahead()
         self.release_held()
         self.report_started()
@@ -418,8 +419,12 @@ class Engine:
         """Spawn every claimed run at its gate; the ones that cannot start give their claim back."""
         spawned: list[Dispatched] = []
         refused: list[Refused] = []
-        for new in claims:
-            self._spawn_one(new, spawned, refused)
+        try:
+            for new in claims:
+                self._spawn_one(new, spawned, refused)
+        finally:
+            if spawned:
+                self.supervisor.wake()  # once for the batch (spawn_gated(wake=False))
         self.ctx.leases.release_refused(self.owner, refused, self.ctx.clock.now())
         return spawned
 
@@ -433,7 +438,7 @@ class Engine:
             setup=child_setup_of(new.spec),
         )
         try:
-            child = self.supervisor.spawn_gated(request)
+            child = self.supervisor.spawn_gated(request, wake=False)
         except BlockedConfig as exc:
             outcome = Outcome(RunStatus.NOT_STARTED, "blocked_config", output_tail=exc.message, fault=Fault.JOB)
             refused.append(Refused(new.job, new.run_id, outcome, Event(AuditEvent.RUN_SKIPPED, {
@@ -492,13 +497,25 @@ class Engine:
             self.active.pop(result.run_id, None)
             self.held.pop(result.run_id, None)
             self._forget_lease(result.run_id)
-        if any(chain_triggered(done) for done in finished):
-            # A dependant became ready in that very write: claim it in this tick (fire_due
-            # follows), not at the next one (SPEC §10: within 50 ms of its upstream's finish).
-            self.due.invalidate()
+        hops = triggered_chains(finished)
+        if hops:
+            self.due.invalidate()  # what the hop below leaves (a full --max-parallel) fire_due claims
         for run, done in zip(runs, finished, strict=True):
             self._after_finish(run, done)
+        self._claim_hops(hops)
         return len(results)
+
+    def _claim_hops(self, chain_ids: list[str]) -> None:
+        """The dependants those finishes made ready, claimed and started now (SPEC §10: within
+        50 ms of the upstream's recorded end): a write of the chain's jobs alone, not the full
+        claim write of fire_due, whose cost grows with the store (44 ms at 1000 jobs)."""
+        for chain_id in chain_ids:
+            capacity = self._capacity()
+            if capacity == 0:
+                return
+            batch = self.ctx.leases.claim_chain(chain_id, self.ctx.clock.now(), self.owner, self.lease(), capacity)
+            self.dispatch(batch)
+            self.hops_claimed += len(batch.claims)
 
     def _after_finish(self, run: ActiveRun | None, done: Finished) -> None:
         """The lease store wrote the rows and the record; what is left is the loop's."""
@@ -671,22 +688,29 @@ def run_one(engine: Engine, job: str) -> OneRun | None:
     return OneRun(run_id, records[0] if records else None)
 
 
-def chain_triggered(done: Finished) -> bool:
-    """Whether a finish made a chain node ready to claim (or skipped one, ending its chain)."""
-    return any(event.name in (AuditEvent.CHAIN_TRIGGERED, AuditEvent.CHAIN_STARTED) for event in done.events)
+def triggered_chains(finished: list[Finished]) -> list[str]:
+    """The chains in which these finishes made a node ready to claim, in order."""
+    found: dict[str, None] = {}
+    for done in finished:
+        for event in done.events:
+            if event.name == AuditEvent.CHAIN_TRIGGERED:
+                found[str(event.details["chain"])] = None
+    return list(found)
 
 
 def spawn_refused(new: NewClaim, errno_: int | None, error: str) -> Refused:
     """A claimed run whose child could not be spawned: its claim is released at once.
 
     A forced run is recorded `not_started` (spawn_failed) as well: whoever asked for it
-    (perhaps waiting with --wait) learns from its record that nothing ran. A scheduled
-    run is only released, so its next slot (or its pending retry) fires as usual.
+    (perhaps waiting with --wait) learns from its record that nothing ran; so is a chain
+    node, whose chain has no next slot to fire it again: it ends there, failed, and its
+    dependants are decided (released, the node would be claimed and refused every tick).
+    A scheduled run is only released, so its next slot (or its pending retry) fires as usual.
     """
     event = Event(AuditEvent.RUN_SPAWN_FAILED, {
         "job": new.job, "run_id": new.run_id, "slot": to_iso(new.slot), "reason": "spawn_failed",
         "errno": errno_, "error": error})
-    if new.trigger != Trigger.FORCE:
+    if new.trigger != Trigger.FORCE and new.chain is None:
         return Refused(new.job, new.run_id, None, event)
     fault = Fault.JOB if errno_ == errno.E2BIG else Fault.PLATFORM
     outcome = Outcome(RunStatus.NOT_STARTED, "spawn_failed", output_tail=error, fault=fault)
@@ -705,7 +729,3 @@ def outcome_of(result: RunResult) -> Outcome:
     return Outcome(status=status, reason=result.reason, exit_code=result.exit_code, signal=result.signal,
                    duration=result.duration, output_tail=result.output_tail,
                    fault=Fault.PLATFORM if result.reason == "shutdown" else None)
-
-
-def describe(spec: JobSpec) -> str:
-    return f"{spec.name}: {spec.schedule_text}: {command_text(spec.command)}"

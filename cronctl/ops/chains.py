@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any, Iterator
 
 from cronctl.context import Context
-from cronctl.errors import JobNotFoundError
+from cronctl.errors import JobNotFoundError, no_job_named
 from cronctl.jobs.graph import dependants_of, roots_of, tree_lines
 
 
@@ -103,7 +103,7 @@ def chain_graph(ctx: Context, name: str) -> ChainGraph | None:
     views = {view.spec.name: view for view in ctx.leases.jobs()}
     specs = {job: view.spec for job, view in views.items()}
     if name not in specs:
-        raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+        raise no_job_named(name)
     if not specs[name].after and not dependants_of(name, specs):
         return None
 

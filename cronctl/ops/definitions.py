@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from cronctl.context import Context
-from cronctl.errors import ConfigError, ConflictError, JobNotFoundError, ScheduleError
+from cronctl.errors import ConfigError, ConflictError, ScheduleError, no_job_named
 from cronctl.jobs.jobfile import build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
@@ -489,7 +489,7 @@ def _resume_entry(entry: dict[str, Any], name: str, now: datetime) -> ResumeResu
 def require_jobs(ctx: Context, names: list[str] | None) -> None:
     for name in names or []:
         if ctx.definitions.get(name) is None:
-            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+            raise no_job_named(name)
 
 
 def parse_instant(text: str, keep_naive: bool = False) -> datetime:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cronctl.context import Context
-from cronctl.errors import CronctlError, JobNotFoundError
+from cronctl.errors import CronctlError, no_job_named
 from cronctl.store import history
 from cronctl.timefmt import from_iso
 
@@ -54,7 +54,7 @@ def job_run_logs(ctx: Context, job: str) -> list[RunLog]:
     directory = ctx.paths.job_runs_dir(job)
     if not directory.is_dir():
         if not ctx.leases.has_job(job):
-            raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
+            raise no_job_named(job)
         return []
     records = {str(r.get("run_id")): r for r in history.read_records(ctx.paths, job)}
     logs: list[RunLog] = []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from cronctl.errors import CronctlError
+from cronctl.jobs.chain_health import chain_health
 from cronctl.jobs.health import JobHealth, job_health
 from cronctl.jobs.state import JobView
 from cronctl.loop.heartbeat import LoopStatus
@@ -75,7 +76,7 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         views = [JobView.from_entry(entry) for _, entry in sorted(self.doc["jobs"].items())]
-        health = {v.spec.name: job_health(v, self.now, self.owner_alive, self.lease_expired) for v in views}
+        health = self._health(views)
         yield from self._run_metrics(views, CounterMetricFamily, GaugeMetricFamily)
         yield _job_states(health, GaugeMetricFamily)
         yield from job_families(views, health, JOB_STATES, GaugeMetricFamily)
@@ -84,6 +85,13 @@ class _Collector:
         yield from self._heal_counters(CounterMetricFamily)
         yield from chain_metrics(self.doc, CounterMetricFamily, GaugeMetricFamily)
         yield from self._loop_metrics(GaugeMetricFamily)
+
+    def _health(self, views: list[JobView]) -> dict[str, JobHealth]:
+        """Each job's state as `status` says it: a chain node waiting, or skipped, in chain words."""
+        chains = self.doc.get("chains") or {}
+        specs = {view.spec.name: view.spec for view in views} if chains else {}
+        return {view.spec.name: (chain_health(chains, view, specs, self.now) if chains else None)
+                or job_health(view, self.now, self.owner_alive, self.lease_expired) for view in views}
 
     def _run_metrics(self, views: list[JobView], counter: Any, gauge: Any) -> Iterator[Any]:
         runs = counter("cronctl_runs", "Finished runs by job and status.", labels=["job", "status"])

@@ -18,7 +18,7 @@ from typing import Any
 
 from cronctl.clock import Clock
 from cronctl.context import Context
-from cronctl.errors import CronctlError, JobNotFoundError
+from cronctl.errors import CronctlError, no_job_named
 from cronctl.interop import crontab_import, crontab_yaml
 from cronctl.interop.crontab_import import ImportResult
 from cronctl.interop.export.base import ExportResult
@@ -139,7 +139,7 @@ def _only(specs: list[JobSpec], names: list[str]) -> list[JobSpec]:
     known = {spec.name for spec in specs}
     missing = [name for name in names if name not in known]
     if missing:
-        raise JobNotFoundError(f"no job named {', '.join(repr(n) for n in missing)} (see 'cronctl list')")
+        raise no_job_named(*missing)
     return [spec for spec in specs if spec.name in names]
 
 

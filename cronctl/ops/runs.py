@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cronctl.context import Context
-from cronctl.errors import ConflictError, CronctlError, JobNotFoundError
+from cronctl.errors import ConflictError, CronctlError, no_job_named
 from cronctl.jobs.state import get_entry
 from cronctl.loop import control
 from cronctl.loop.heartbeat import LoopStatus, loop_alive, loop_status
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 def run_history(ctx: Context, job: str | None, count: int | None) -> list[dict[str, Any]]:
     if job is not None and not ctx.leases.has_job(job) and not ctx.paths.history(job).exists():
-        raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
+        raise no_job_named(job)
     return ctx.leases.history(job, count)
 
 
@@ -90,7 +90,7 @@ def _newest_run_id(ctx: Context, job: str) -> str:
     if records:
         return str(records[-1]["run_id"])
     if not ctx.leases.has_job(job):
-        raise JobNotFoundError(f"no job named '{job}' (see 'cronctl list')")
+        raise no_job_named(job)
     raise CronctlError(f"job '{job}' has not run yet")
 
 
@@ -129,7 +129,7 @@ def _force_on_cluster(ctx: Context, name: str, wait: bool, timeout: float | None
     from cronctl.ops import cluster
 
     if not ctx.leases.has_job(name):
-        raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+        raise no_job_named(name)
     if not cluster.live_loops(ctx):
         ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, pid=os.getpid())
         return _force_here(ctx, name)
@@ -259,7 +259,7 @@ def kill_job(ctx: Context, name: str) -> list[str]:
     """End every run of a job; recorded `killed` by its loop, or here when no loop supervises it."""
     if ctx.on_postgres:
         if not ctx.leases.has_job(name):
-            raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+            raise no_job_named(name)
     else:
         get_entry(ctx.store.read(), name)
     running = ctx.leases.claims_of(name)

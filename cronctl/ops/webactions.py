@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from cronctl.clock import Clock
 from cronctl.context import Context
-from cronctl.errors import ConflictError, CronctlError, JobNotFoundError, UsageError
+from cronctl.errors import ConflictError, CronctlError, JobNotFoundError, UsageError, no_job_named
 from cronctl.loop.endpoint import Handler, Reply, Request
 
 VERBS = ("force-run", "pause", "resume", "kill")
@@ -100,7 +100,7 @@ def _kill(ctx: Context, name: str) -> dict[str, Any]:
     from cronctl.ops.runs import kill_job
 
     if ctx.on_postgres and not ctx.leases.has_job(name) or not ctx.on_postgres and name not in ctx.store.read()["jobs"]:
-        raise JobNotFoundError(f"no job named '{name}' (see 'cronctl list')")
+        raise no_job_named(name)
     ctx.audit.append("kill.requested", job=name)
     return {"killed": kill_job(ctx, name)}
 

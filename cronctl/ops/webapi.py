@@ -22,7 +22,7 @@ import msgspec
 
 from cronctl.context import Context
 from cronctl.durations import parse_duration
-from cronctl.errors import CronctlError
+from cronctl.errors import CronctlError, JobNotFoundError
 from cronctl.jobs.state import JobView
 from cronctl.jobs.words import describe
 from cronctl.loop.endpoint import Handler, Reply, Request
@@ -73,7 +73,7 @@ class WebApi:
             except BadParameter as exc:
                 return error_reply(400, str(exc))
             except CronctlError as exc:  # an unknown job, a store that does not parse: said, not a 500
-                return error_reply(404 if "no job named" in str(exc) else 503, str(exc))
+                return error_reply(404 if isinstance(exc, JobNotFoundError) else 503, str(exc))
         return answer
 
     def status(self, request: Request) -> Reply:

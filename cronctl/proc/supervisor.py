@@ -75,16 +75,25 @@ class Supervisor:
         self._thread = threading.Thread(target=watcher.run, name="cronctl-supervisor", daemon=True)
         self._thread.start()
 
-    def spawn_gated(self, req: RunRequest) -> Spawned:
-        """Start the child blocked on its gate: the command has not begun yet."""
+    def spawn_gated(self, req: RunRequest, wake: bool = True) -> Spawned:
+        """Start the child blocked on its gate: the command has not begun yet.
+
+        `wake=False`: one of a batch, whose caller calls `wake()` once after the last
+        (a wake-up per child hands the GIL to the supervisor thread between two spawns:
+        about a third of a millisecond each, 20 children on one chain hop)."""
         self._check_accepting(req.run_id)
         env, argv = preflight(req)
         log_fd = open_run_log(req)
         with self._shared.reap_lock:
             child = start_gated(req, env, argv, log_fd, self._spawn, self._mono)
             self._track(req, child, guard_child(req, child))
-        self._shared.wake()
+        if wake:
+            self._shared.wake()
         return Spawned(req.run_id, child.pid, child.start_time)
+
+    def wake(self) -> None:
+        """The supervisor thread looks at what was posted (the children of a batch) now."""
+        self._shared.wake()
 
     def open_gates(self, run_ids: Iterable[str]) -> None:
         """Release gated runs: one write each, so a batch begins together."""

@@ -26,10 +26,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from cronctl.jobs.chain_broken import BREAKING, MARK
 from cronctl.jobs.graph import descendants_of
 from cronctl.jobs.state import JobView
-from cronctl.models import AuditEvent, JobSpec, Requires, RunStatus, Trigger
-from cronctl.store import chain_skips
+from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec, Requires, RunStatus, Trigger
+from cronctl.store import chain_skips, notify_owed
 from cronctl.timefmt import from_iso, to_iso
 
 WAITING, READY, RUNNING, RETRYING, SKIPPED = "waiting", "ready", "running", "retrying", "skipped"
@@ -45,8 +46,25 @@ def chains_of(doc: dict[str, Any]) -> dict[str, Any]:
     return chains
 
 
-def specs_of(doc: dict[str, Any]) -> dict[str, JobSpec]:
-    return {name: JobView.from_entry(entry).spec for name, entry in doc["jobs"].items()}
+def specs_of(doc: dict[str, Any], names: Any = None) -> dict[str, JobSpec]:
+    """The definitions of `names` that exist (None: of every job that is `after` another,
+    all a chain can reach): a chain's decisions never parse the jobs outside it."""
+    jobs = doc["jobs"]
+    if names is None:
+        names = _dependants(doc)
+    return {name: JobView.from_entry(jobs[name]).spec for name in names if name in jobs}
+
+
+def _dependants(doc: dict[str, Any]) -> list[str]:
+    """The jobs that run after another: in a one-job transaction (LazyJobs), found in the
+    bytes and parsed alone, not by parsing every job of the store (a chain's hop must not
+    grow with the store: 1000 other jobs cost each finish and claim of a chain 6 ms)."""
+    jobs = doc["jobs"]
+    named = getattr(jobs, "chain_names", None)
+    candidates = named() if named is not None else None
+    if candidates is None:
+        return [name for name, entry in jobs.items() if entry.get("after")]
+    return [name for name in candidates if (jobs.get(name) or {}).get("after")]
 
 
 def has_dependants(doc: dict[str, Any], job: str) -> bool:
@@ -67,7 +85,7 @@ def _upstream_names(doc: dict[str, Any]) -> frozenset[str]:
     cached = _upstreams_cache
     if cached is not None and cached[0] == key:
         return cached[1]
-    names = frozenset(name for entry in doc["jobs"].values() for name in (entry.get("after") or ()))
+    names = frozenset(up for name in _dependants(doc) for up in doc["jobs"][name].get("after") or ())
     _upstreams_cache = (key, names)
     return names
 
@@ -79,7 +97,8 @@ def start_chain(doc: dict[str, Any], root: str, chain_id: str, slot: str, now: d
                 root_status: str = RUNNING) -> list[Row]:
     """A new chain from `root`: the root (running, or `ready` for a forced chain) and every
     job below it, waiting."""
-    nodes: dict[str, dict[str, Any]] = {name: {"status": WAITING} for name in descendants_of(root, specs_of(doc))}
+    below = descendants_of(root, specs_of(doc))
+    nodes: dict[str, dict[str, Any]] = {name: {"status": WAITING} for name in below}
     nodes[root] = {"status": root_status}
     if root_status == READY:
         nodes[root].update({"ready_at": to_iso(now), "upstream": []})
@@ -115,14 +134,32 @@ def after_finish(doc: dict[str, Any], job: str, claim: dict[str, Any], record: d
     for key in ("due_at", "ready_at"):
         node.pop(key, None)
     node.update({"status": record["status"], "run_id": claim["run_id"], "ended_at": record["ended_at"]})
+    if record["status"] in BREAKING:
+        _failed_its_chain(doc["jobs"][job]["state"], chain_id, record)
     return rows + propagate(doc, chain_id, now)
+
+
+def _failed_its_chain(state: dict[str, Any], chain_id: str, record: dict[str, Any]) -> None:
+    """The node's own end fails its chain: its job reads `failing`, counted by its alert_after,
+    whatever ended the run (jobs/chain_broken.py)."""
+    if state.get("last_run_id") != record["run_id"]:
+        # Nothing ran (not_started): a lone run keeps its job's last real run, but a node's
+        # LAST is its outcome in its last chain (SPEC §10).
+        state.update({
+            "last_run_at": record["claimed_at"], "last_status": record["status"], "last_exit_code": None,
+            "last_signal": None, "last_reason": record["reason"], "last_run_id": record["run_id"],
+            "last_slot": record["slot"], "last_duration": None, "last_late": False,
+        })
+    if record["status"] not in FAILED_STATUSES:  # killed, not_started: the run bumped no streak itself
+        state["consecutive_failures"] = int(state.get("consecutive_failures") or 0) + 1
+    state[MARK] = {"chain": chain_id, "run_id": record["run_id"], "status": record["status"]}
 
 
 def propagate(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]:
     """Decide every waiting node whose upstreams have all ended: ready, or skipped."""
     chain = chains_of(doc)[chain_id]
     nodes: dict[str, dict[str, Any]] = chain["nodes"]
-    specs = specs_of(doc)
+    specs = specs_of(doc, nodes)
     rows: list[Row] = []
     changed = True
     while changed:  # a skip can decide the nodes below it
@@ -201,8 +238,10 @@ def _end_if_done(doc: dict[str, Any], chain_id: str, now: datetime) -> list[Row]
     totals[chain["outcome"]] = int(totals.get(chain["outcome"]) or 0) + 1
     _drop_old(doc)
     statuses = dict(sorted((name, node["status"]) for name, node in chain["nodes"].items()))
-    return [(AuditEvent.CHAIN_FINISHED, {"chain": chain_id, "root": chain["root"], "outcome": chain["outcome"],
-                                         "statuses": statuses})]
+    details = {"chain": chain_id, "root": chain["root"], "outcome": chain["outcome"], "statuses": statuses}
+    # Owed here, in whichever write ends the chain (a finish, or a claim write's skips).
+    notify_owed.chain_failed(doc, details, now)
+    return [(AuditEvent.CHAIN_FINISHED, details)]
 
 
 def _drop_old(doc: dict[str, Any]) -> None:

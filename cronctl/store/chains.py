@@ -63,6 +63,7 @@ def _claim_node(doc: dict[str, Any], chain_id: str, job: str, node: dict[str, An
         _rows(batch, chain_doc.skip_node(doc, chain_id, job, "overlap", now, into=batch.events[-1].details))
         return
     new = batch.claims[-1]
+    new.chain = chain_id
     claim = state["claims"][new.run_id]
     claim.update({"chain": chain_id, "upstream": list(node.get("upstream") or []), "due_at": None})
     new.spec = new.spec.with_changes(env={**new.spec.env, **chain_doc.run_env(chain_id, node)})

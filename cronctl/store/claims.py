@@ -81,6 +81,7 @@ class NewClaim:
     # What the run is told beside its spec's env, not part of the spec (a run claimed ahead is
     # handed back when its spec changed): a chain root's CRONCTL_CHAIN_ID (store/chains.py).
     extra_env: dict[str, str] = field(default_factory=dict)
+    chain: str | None = None  # a chain node's chain (store/chains.py): its end decides the nodes below
 
 
 @dataclass
@@ -482,7 +483,7 @@ def finish(doc: dict[str, Any], job: str, run_id: str, owner: Owner | None, outc
     _complete_if_done(spec, state)
     chain_rows = chain_doc.after_finish(doc, job, claim, record, retrying, now)
     result.events.extend(Event(name, details) for name, details in chain_rows)
-    notify_owed.after_finish(doc, job, claim, record, outcome.output_tail, chain_rows, now)
+    notify_owed.after_finish(doc, job, claim, record, outcome.output_tail, now)
     return result
 
 

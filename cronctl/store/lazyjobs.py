@@ -136,6 +136,21 @@ class JobLines:
         """Whether no job runs after another (then a finish never starts a chain)."""
         return self.raw.find(_CHAIN_KEY, self.start, self.end) == -1
 
+    def chain_names(self) -> list[str] | None:
+        """The jobs whose line has an `after` key, from the bytes (None: a key with an escape).
+        A chain's write looks up these few, not every job (chain_doc._upstream_names)."""
+        names: list[str] = []
+        raw, at = self.raw, self.raw.find(_CHAIN_KEY, self.start, self.end)
+        while at != -1:
+            line = max(self.start, raw.rfind(b"\n", self.start, at) + 1)
+            key = raw[line + 2:raw.find(b'": ', line + 3) + 1]
+            if b"\\" in key:
+                return None
+            names.append(parse(key))
+            line_end = raw.find(b"\n", at, self.end)
+            at = -1 if line_end == -1 else raw.find(_CHAIN_KEY, line_end, self.end)
+        return names
+
 
 class LazyJobs(dict[str, Any]):
     """``doc["jobs"]`` of a transaction over `JobLines`: each job parsed when first looked up."""
@@ -154,6 +169,10 @@ class LazyJobs(dict[str, Any]):
         if self._chain_free is None:
             self._chain_free = self._lines.chain_free()
         return self._chain_free
+
+    def chain_names(self) -> list[str] | None:
+        """The names of the jobs with an `after`, as stored (None: ask every job)."""
+        return None if self._whole else self._lines.chain_names()
 
     # --- loading ---------------------------------------------------------------------
 

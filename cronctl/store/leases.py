@@ -176,7 +176,8 @@ class LeaseStore(Protocol):
 
     def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
 
-    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch: ...
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease,
+                    capacity: int | None = None) -> ClaimBatch: ...
 
     # What must follow a run's end (store/outbox.py): delivered by the writer right after
     # the commit; `settle` says an owed on_failure hook was started too; `deliver_pending`
@@ -451,11 +452,13 @@ class JsonLeaseStore:
         self._write(events)
         return chain_id, jobs
 
-    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
-        """The due nodes of one chain only (`force-run --chain` run here, with no loop)."""
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease,
+                    capacity: int | None = None) -> ClaimBatch:
+        """The due nodes of one chain only (`force-run --chain` run here, with no loop; the loop's
+        hop, right after the finish that made them ready): a write of its jobs, not the store."""
         batch = ClaimBatch()
-        with self._tx() as doc:
-            chains.claim_ready(doc, now, owner, lease, batch, only=chain_id)
+        with self._tx(by_name=True) as doc:
+            chains.claim_ready(doc, now, owner, lease, batch, capacity, only=chain_id)
         self._write(batch.events)
         return batch
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronctl.jobs.chain_broken import broken_chain
 from cronctl.jobs.notifyfields import target_label
 from cronctl.models import FAILED_STATUSES, AuditEvent, RunStatus
 from cronctl.timefmt import from_iso, to_iso
@@ -91,10 +92,10 @@ def after_start(doc: dict[str, Any], job: str, claim: dict[str, Any], now: datet
 
 
 def after_finish(doc: dict[str, Any], job: str, claim: dict[str, Any], record: dict[str, Any], output: str,
-                 chain_rows: list[tuple[Any, dict[str, Any]]], now: datetime) -> None:
-    """A run's terminal write: success / failure / recovery / output / stale, and chain_failed."""
+                 now: datetime) -> None:
+    """A run's terminal write: success / failure / recovery / output / stale. (A chain's end
+    owes chain_failed where it is decided, whatever write that is: `chain_failed`.)"""
     entry = doc["jobs"].get(job)
-    _chain_failed(doc, chain_rows, now)
     if not targets_of(entry):
         return
     assert entry is not None
@@ -106,7 +107,7 @@ def after_finish(doc: dict[str, Any], job: str, claim: dict[str, Any], record: d
         if alerts.pop("failing", None):
             _owe(entry, "recovery", body, now)
         alerts.pop("stale_since", None)
-    elif status in FAILED_STATUSES or status == RunStatus.NOT_STARTED.value:
+    elif status in FAILED_STATUSES or status == RunStatus.NOT_STARTED.value or _failed_its_chain(state, record):
         _owe(entry, "failure", body, now)
         alerts["failing"] = True
         if _now_stale(entry, record) and not alerts.get("stale_since"):
@@ -116,6 +117,12 @@ def after_finish(doc: dict[str, Any], job: str, claim: dict[str, Any], record: d
         _owe(entry, "output", body, now)
     if not alerts:
         state.pop(ALERTS, None)
+
+
+def _failed_its_chain(state: dict[str, Any], record: dict[str, Any]) -> bool:
+    """A killed chain node failed its chain (jobs/chain_broken.py): a failure, unlike a lone kill."""
+    mark = broken_chain(state)
+    return mark is not None and mark.get("run_id") == record["run_id"]
 
 
 def _now_stale(entry: dict[str, Any], record: dict[str, Any]) -> bool:
@@ -160,19 +167,20 @@ def healthy_again(doc: dict[str, Any], job: str) -> None:
         entry["state"].pop(ALERTS, None)
 
 
-def _chain_failed(doc: dict[str, Any], rows: list[tuple[Any, dict[str, Any]]], now: datetime) -> None:
-    for name, details in rows:
-        if name != AuditEvent.CHAIN_FINISHED or details.get("outcome") != "failed":
-            continue
-        root = str(details.get("root"))
-        entry = doc["jobs"].get(root)
-        if not targets_of(entry):
-            continue
-        body = {**_empty_body(root, now), "chain": details.get("chain"), "status": "failed",
-                "reason": ", ".join(f"{job} {status}" for job, status in sorted(details.get("statuses", {}).items())
-                                    if status != RunStatus.SUCCESS.value)}
-        body["text"] = f"cronctl: chain {details.get('chain')} of {root} failed ({body['reason']})"
-        _owe(entry, "chain_failed", body, now, key=f"cronctl-{details.get('chain')}-chain_failed")
+def chain_failed(doc: dict[str, Any], details: dict[str, Any], now: datetime) -> None:
+    """A chain ended `failed` (the details of its chain.finished row): `chain_failed` to its
+    root's targets, in the write that ended it (a finish, or a claim write that skipped its
+    last nodes). One key per chain and target."""
+    root = str(details.get("root"))
+    entry = doc["jobs"].get(root)
+    if details.get("outcome") != "failed" or not targets_of(entry):
+        return
+    assert entry is not None
+    body = {**_empty_body(root, now), "chain": details.get("chain"), "status": "failed",
+            "reason": ", ".join(f"{job} {status}" for job, status in sorted(details.get("statuses", {}).items())
+                                if status != RunStatus.SUCCESS.value)}
+    body["text"] = f"cronctl: chain {details.get('chain')} of {root} failed ({body['reason']})"
+    _owe(entry, "chain_failed", body, now, key=f"cronctl-{details.get('chain')}-chain_failed")
 
 
 def _owe(entry: dict[str, Any], event: str, body: dict[str, Any], now: datetime, key: str | None = None) -> None:

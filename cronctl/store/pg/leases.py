@@ -379,7 +379,8 @@ class PgLeaseStore:
         raise StoreError("job chains are not available on the PostgreSQL store yet; "
                          "use the JSON store (no --store) for jobs with 'after'")
 
-    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease) -> ClaimBatch:
+    def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease,
+                    capacity: int | None = None) -> ClaimBatch:
         raise StoreError("job chains are not available on the PostgreSQL store yet; "
                          "use the JSON store (no --store) for jobs with 'after'")
 

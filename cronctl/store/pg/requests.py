@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from cronctl.errors import ConflictError, JobNotFoundError
+from cronctl.errors import ConflictError, no_job_named
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
@@ -36,7 +36,7 @@ def request_force(conn: Connection, job: str, requested_by: str) -> int:
     """Ask any loop to fire `job` now, once; returns the request's id."""
     with short_transaction(conn):
         if conn.execute("SELECT 1 FROM cronctl_jobs WHERE name = %s", (job,)).fetchone() is None:
-            raise JobNotFoundError(f"no job named '{job}' in the PostgreSQL store (see 'cronctl list')")
+            raise no_job_named(job)
         request_id = _insert(conn, FORCE_RUN, job, None, requested_by)
         write_audit(conn, [AuditRow(AuditEvent.FORCE_RUN_REQUESTED, job=job,
                                     details={"request": request_id, "requested_by": requested_by})], None, None)
