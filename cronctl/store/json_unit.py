@@ -112,9 +112,7 @@ class JsonUnits:
             print(f"cronctl: {committed_note} but said: {exc}", file=sys.stderr)
         with self._settled_lock:
             self._settled -= settled
-        self._write(unit.rows)
-        for rows, done, hook in unit.ends:
-            self._deliver(rows, done, settle=not hook)
+        self._after_commit(unit)
 
     def _committed_anyway(self, rev_before: int | None) -> bool:
         """Whether a transaction that raised had put its document in place (a failed directory
@@ -127,6 +125,13 @@ class JsonUnits:
         return {run_id: job_of_run(doc, run_id) for run_id in run_ids}
 
     # --- after the commit ------------------------------------------------------------------------
+
+    def _after_commit(self, unit: JsonUnit) -> None:
+        """The unit's rows, then each run end it recorded (left pending in the outbox by the
+        write: a process that dies before this completes leaves them to `deliver_pending`)."""
+        self._write(unit.rows)
+        for rows, done, hook in unit.ends:
+            self._deliver(rows, done, settle=not hook)
 
     def _write(self, events: list[Event]) -> None:
         for event in events:

@@ -173,17 +173,20 @@ class PgUnits:
                                         skip_locked=skip_locked) as tx:
             unit = PgUnit(tx, self.judge_by, self.clock, chosen_at)
             yield unit
-        self._tell(tx)
-        if self.paths is not None:
-            for job in sorted(unit.kept_runs):
-                history.prune_logs(self.paths, job, unit.kept_runs[job])
+        self._after_commit(unit)
 
-    def _tell(self, tx: DocTransaction) -> None:
+    def _after_commit(self, unit: PgUnit) -> None:
+        """Nothing of the decision is left to write (its rows and records committed with it):
+        the listeners are told its rows, and this host's logs of the ended runs' jobs pruned."""
+        tx = unit.tx
         if self.listeners and tx.events:
             ts = tx.db_now.astimezone(timezone.utc).isoformat(timespec="milliseconds")
             for event in tx.events:
                 tell_listeners(self.listeners, {"ts": ts, "event": str(event.name), "host": self.host_id,
                                                 **event.details})
+        if self.paths is not None:
+            for job in sorted(unit.kept_runs):
+                history.prune_logs(self.paths, job, unit.kept_runs[job])
 
     def locate(self, run_ids: list[str]) -> dict[str, str | None]:
         with self.read():
