@@ -20,8 +20,9 @@ from cronctl.paths import open_home
 from cronctl.store import history
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
+from cronctl.store.json_unit import JsonUnits
 from cronctl.store.jsonstore import Store
-from cronctl.store.leases import JsonLeaseStore, RunEnd
+from cronctl.store.leases import RunEnd
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 OWNER = Owner("gen-a", 1001, 111.0, "boot-1")
@@ -66,7 +67,7 @@ def test_skips_owed_by_a_dead_writer_are_recorded_once(tmp_path: Path, monkeypat
     ctx = open_ctx(tmp_path)
     root = chain_of_three(ctx)
     with monkeypatch.context() as patch:  # the finish commits; the writer dies before anything follows
-        patch.setattr(JsonLeaseStore, "_deliver", lambda *args, **kwargs: None)
+        patch.setattr(JsonUnits, "_deliver", lambda *args, **kwargs: None)
         ctx.leases.finish_many(OWNER, [RunEnd(root, FAIL, "a")], T0 + timedelta(seconds=61))
     assert records(ctx, "b") == []
     ctx.leases.deliver_pending(lambda _: False)

@@ -25,8 +25,9 @@ from cronctl.proc.spawn import MAX_ARG_STRLEN, argument_problem, command_problem
 from cronctl.store import history
 from cronctl.store.audit import AuditLog
 from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
+from cronctl.store.json_unit import JsonUnits
 from cronctl.store.jsonstore import Store
-from cronctl.store.leases import JsonLeaseStore, RunEnd
+from cronctl.store.leases import RunEnd
 from cronctl.store.outbox import PENDING, hook_log
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -78,7 +79,7 @@ def error() -> Outcome:
 def finish_and_die(ctx: Context, run_id: str, outcome: Outcome, monkeypatch: pytest.MonkeyPatch) -> None:
     """The terminal write commits; the process dies before writing anything after it."""
     with monkeypatch.context() as patch:
-        patch.setattr(JsonLeaseStore, "_deliver", lambda *args, **kwargs: None)
+        patch.setattr(JsonUnits, "_deliver", lambda *args, **kwargs: None)
         [done] = ctx.leases.finish_many(OWNER, [RunEnd(run_id, outcome, "j", "/logs/r.log")], at(61))
     assert not done.fenced
     assert finished_rows(ctx, run_id) == [] and history.find_record(ctx.paths, "j", run_id) is None
@@ -171,7 +172,7 @@ def test_reclaims_leave_their_rows_pending_too(tmp_path: Path, monkeypatch: pyte
     ctx = open_ctx(tmp_path)
     run_id = started_run(ctx)
     with monkeypatch.context() as patch:
-        patch.setattr(JsonLeaseStore, "_deliver", lambda *args, **kwargs: None)
+        patch.setattr(JsonUnits, "_deliver", lambda *args, **kwargs: None)
         assert ctx.leases.reclaim("j", run_id, OWNER, "owner_dead", at(70), 0)
     ctx.leases.deliver_pending(dead)
     events = [row["event"] for row in ctx.audit.rows() if row.get("run_id") == run_id]

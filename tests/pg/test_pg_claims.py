@@ -21,7 +21,7 @@ from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import JobSpec, Overlap, RunStatus
 from cronctl.store.claims import Dispatched, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, RunEnd, Unhold
-from cronctl.store.pg import leases as pg_leases
+from cronctl.store.pg import unit as pg_unit
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.leases import PgLeaseStore
@@ -172,7 +172,7 @@ def test_paused_and_not_yet_due_jobs_are_left_alone(conn: Connection) -> None:
 def test_the_due_scan_range_scans_the_wake_index(conn: Connection) -> None:
     # The query `claim_due` locks its rows with (document.load_jobs); tiny test tables would be
     # scanned whole anyway: what matters is whether the index *can* bound the scan.
-    query = f"SELECT name, spec, state FROM cronctl_jobs WHERE {pg_leases._DUE} ORDER BY name FOR UPDATE SKIP LOCKED"
+    query = f"SELECT name, spec, state FROM cronctl_jobs WHERE {pg_unit._DUE} ORDER BY name FOR UPDATE SKIP LOCKED"
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {query}", {"now": SLOT}).fetchall())

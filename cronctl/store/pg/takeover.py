@@ -94,7 +94,7 @@ def _record_not_started(tx: DocTransaction, job: str, run_id: str, claim: dict[s
 def reclaim_in(tx: DocTransaction, job: str, run_id: str, seen_owner: Owner | None, reason: str,
                judged: Any, processes_killed: int) -> bool:
     """`reclaim_claim` inside `tx`, its rows and record kept for the commit; False when fenced."""
-    from cronctl.store.leases import reclaim_claim
+    from cronctl.store.decisions import reclaim_claim
 
     reclaimed = reclaim_claim(tx.doc, job, run_id, seen_owner, reason, judged, processes_killed)
     if reclaimed is None:
