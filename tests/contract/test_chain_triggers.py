@@ -7,8 +7,6 @@ whoever asks. Nothing sleeps and nothing forks.
 
 from __future__ import annotations
 
-import pytest
-
 from cronctl.models import AuditEvent, RunStatus, Trigger
 from cronctl.store.claims import NewClaim, Outcome, Owner
 from cronctl.store.leases import RunEnd
@@ -16,14 +14,6 @@ from tests.contract.conftest import Backend
 from tests.contract.test_lease_store import MINUTE, OWNER_A, OWNER_B, at, child, lease, start_one, success
 
 FAILED = Outcome(RunStatus.ERROR, "exit_code", exit_code=3, duration=1.0)
-
-
-@pytest.fixture(autouse=True)
-def _chains_are_json_only_for_now(request: pytest.FixtureRequest) -> None:
-    # Said loudly, not silently: the PostgreSQL backend stores no chains yet (nor runs a loop);
-    # PgLeaseStore.force_chain refuses with that message. Remove this when it does.
-    if request.node.callspec.params.get("lease_store") == "postgres":
-        pytest.skip("job chains are not stored by the PostgreSQL backend yet (README: Many hosts)")
 
 
 def diamond(backend: Backend, d_requires: str = "success") -> None:

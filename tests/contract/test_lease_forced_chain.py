@@ -1,13 +1,8 @@
-"""`force_chain` and `claim_chain` (SPEC §10, `force-run JOB --chain`), on every backend: where
-chains are stored, the forced chain's root is claimed under the chain's id, by that chain's
-claim alone; where they are not yet (PostgreSQL), both refuse with the one message that says
-so, and nothing is written."""
+"""`force_chain` and `claim_chain` (SPEC §10, `force-run JOB --chain`), on every backend:
+the forced chain's root is claimed under the chain's id, by that chain's claim alone."""
 
 from __future__ import annotations
 
-import pytest
-
-from cronctl.errors import StoreError
 from tests.contract.conftest import Backend
 from tests.contract.test_lease_store import OWNER_A, at, lease
 
@@ -15,13 +10,6 @@ from tests.contract.test_lease_store import OWNER_A, at, lease
 def test_a_forced_chain_is_claimed_by_its_own_claim_alone(lease_store: Backend) -> None:
     lease_store.define("a", every="1h")
     lease_store.define("b", after=["a"])
-    if lease_store.name == "postgres":
-        with pytest.raises(StoreError, match="job chains are not available on the PostgreSQL store yet"):
-            lease_store.leases.force_chain("a", at(10))
-        with pytest.raises(StoreError, match="job chains are not available on the PostgreSQL store yet"):
-            lease_store.leases.claim_chain("20260301T120010-00000000", at(10), OWNER_A, lease(at(10)))
-        assert lease_store.audit_rows() == [] and lease_store.leases.claims_of("a") == []
-        return
 
     chain_id, jobs = lease_store.leases.force_chain("a", at(10))
     assert jobs == ["a", "b"]

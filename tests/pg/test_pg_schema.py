@@ -19,7 +19,7 @@ from cronctl.store.pg.schema import (
 )
 
 TABLES = {"cronctl_schema", "cronctl_jobs", "cronctl_loops", "cronctl_runs", "cronctl_audit", "cronctl_requests",
-          "cronctl_meta"}
+          "cronctl_meta", "cronctl_chains"}
 
 
 @pytest.fixture
@@ -123,3 +123,19 @@ def test_the_schema_lock_is_gone_with_the_transaction(conn: Connection) -> None:
     with conn.transaction():
         held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
     assert held == (0,)
+
+
+def test_version_5_upgrades_a_version_4_database_to_chain_runs(conn: Connection) -> None:
+    """A database of the schema before chains: its runs table refused the `chain` trigger and
+    the `skipped` state (what `store import-json` of a home with chain history hit)."""
+    from cronctl.store.pg.schema import MIGRATIONS
+
+    assert ensure_schema(conn, MIGRATIONS[:4]) == 4
+    insert = ("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state)"
+              " VALUES ('r1', 'b', now(), 'chain', false, 'skipped')")
+    with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+        conn.execute(insert)
+    assert ensure_schema(conn) == SCHEMA_VERSION == 5
+    with conn.transaction():
+        conn.execute(insert)
+    assert "cronctl_chains" in _tables(conn)

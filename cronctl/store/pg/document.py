@@ -20,8 +20,9 @@ fenced against the claim as it stands.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,9 +31,12 @@ from typing import Any
 import msgspec
 from psycopg.types.json import Jsonb
 
+from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.store.claims import Event, wake_at
+from cronctl.store.pg import chain_rows
 from cronctl.store.pg.audit import AuditRow, dumps, write_audit
+from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.transaction import short_transaction
 from cronctl.timefmt import from_iso
@@ -58,6 +62,8 @@ class DocTransaction:
     # high-water mark `last_slot`, at or before which no scheduled slot is claimed again.
     fired: list[tuple[str, datetime]] = field(default_factory=list)
     _before: dict[str, bytes] = field(default_factory=dict)
+    read_only: set[str] = field(default_factory=set)  # jobs read, not locked: never written (chain_rows)
+    chains_before: dict[str, bytes] = field(default_factory=dict)  # the chain rows locked, as read
 
     def keep_record(self, record: dict[str, Any] | None) -> None:
         if record is not None:
@@ -80,27 +86,67 @@ class DocTransaction:
         return set(self._before)
 
 
+# Each transaction's document has a revision of its own: chain_doc caches what it derives
+# from the jobs by (id of the jobs mapping, revision), and an id is reused once freed.
+_revisions = itertools.count(1)
+
+PlanChains = Callable[[Connection], ChainPlan | None]
+
+
 @contextmanager
 def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str, Any], *,
-                    meta: bool = False, skip_locked: bool = False) -> Iterator[DocTransaction]:
+                    meta: bool = False, skip_locked: bool = False,
+                    chains: PlanChains | None = None) -> Iterator[DocTransaction]:
     """Lock the job rows matching `where` (a constant predicate of this package, never user text).
 
     `meta` also locks the counters and metrics rows (only transactions that may change
     them: they are one row each for every loop). `skip_locked` leaves rows another loop
-    is deciding on to that loop (the claim paths).
+    is deciding on to that loop (the claim paths). `chains` plans the chain rows and the
+    jobs of theirs this unit locks first (store/pg/chain_rows.py).
     """
     with short_transaction(conn):
-        jobs = load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
+        plan = chains(conn) if chains is not None else None
+        jobs = _lock_jobs(conn, where, params, skip_locked, plan)
+        read_only = _read_chained(conn, jobs, plan)
         tx = begin(conn, host_id, jobs)
+        tx.read_only = read_only
+        tx.doc["rev"] = next(_revisions)
+        if plan is not None:
+            tx.doc["chains"] = plan.chains
+            tx.chains_before = {chain_id: dump(chain) for chain_id, chain in plan.chains.items()}
+        meta = meta or (plan is not None and plan.meta)
         if meta:
             tx.doc.update(load_meta(conn, host_id))
         meta_before = {key: dump(tx.doc.get(key)) for key in META_KEYS}
         yield tx
         save_jobs(tx)
+        if "chains" in tx.doc:
+            chain_rows.save_chains(conn, tx.chains_before, tx.doc["chains"], dump)
+        chain_rows.insert_skip_runs(conn, host_id, tx.events)
         if meta:
             save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
                                       if dump(tx.doc.get(key)) != meta_before[key]})
         write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
+
+
+def _lock_jobs(conn: Connection, where: str, params: dict[str, Any], skip_locked: bool,
+               plan: ChainPlan | None) -> dict[str, Any]:
+    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own."""
+    jobs: dict[str, Any] = {}
+    if plan is not None and plan.jobs:
+        jobs = load_jobs(conn, "name = ANY(%(chain_jobs)s)", {"chain_jobs": plan.jobs}, "FOR UPDATE")
+        if plan.covers:
+            return jobs
+    jobs.update(load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"))
+    return jobs
+
+
+def _read_chained(conn: Connection, jobs: dict[str, Any], plan: ChainPlan | None) -> set[str]:
+    """The chained jobs this unit did not lock, read (what chain_doc reads of the graph)."""
+    missing = sorted(set(plan.chained) - set(jobs)) if plan is not None else []
+    if missing:
+        jobs.update(load_jobs(conn, "name = ANY(%(chained)s)", {"chained": missing}, None))
+    return set(missing)
 
 
 def begin(conn: Connection, host_id: str, jobs: dict[str, Any]) -> DocTransaction:
@@ -165,6 +211,8 @@ def save_jobs(tx: DocTransaction) -> None:
     for name, entry in tx.doc["jobs"].items():
         if not tx.changed(name, entry):
             continue
+        if name in tx.read_only:
+            raise StoreError(f"job {name} was changed by a write that did not lock it; nothing was changed")
         state = dict(entry["state"])
         claims: dict[str, Any] = state.get("claims") or {}
         if "claims" in state:

@@ -142,7 +142,28 @@ _V4 = (
     "CREATE INDEX cronctl_jobs_source ON cronctl_jobs ((spec->>'source'))",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+_RUN_STATES_V5 = ", ".join(f"'{state}'" for state in (*RUN_STATES, "skipped"))
+
+# V5: job chains (SPEC §10, store/pg/chain_rows.py). A chain node's run has the trigger
+# `chain`, and a node its chain skipped is a run of its own (status `skipped`, with its
+# history record); each chain is one row, locked by the writes that decide it.
+_V5 = (
+    "ALTER TABLE cronctl_runs DROP CONSTRAINT cronctl_runs_trigger_check,"
+    " ADD CONSTRAINT cronctl_runs_trigger_check CHECK (trigger IN ('schedule', 'retry', 'force', 'chain'))",
+    "ALTER TABLE cronctl_runs DROP CONSTRAINT cronctl_runs_state_check,"
+    " ADD CONSTRAINT cronctl_runs_state_check CHECK (state IN (" + _RUN_STATES_V5 + "))",
+    """CREATE TABLE cronctl_chains (
+        chain_id text PRIMARY KEY,      -- the root run's id
+        root text NOT NULL,
+        jobs text[] NOT NULL,           -- its nodes: what a write deciding it locks
+        chain jsonb NOT NULL,           -- as the JSON store keeps doc["chains"][chain_id]
+        started_at timestamptz,
+        ended_at timestamptz)""",
+    "CREATE INDEX cronctl_chains_open ON cronctl_chains (chain_id) WHERE ended_at IS NULL",
+    "CREATE INDEX cronctl_chains_ended ON cronctl_chains (ended_at) WHERE ended_at IS NOT NULL",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (

@@ -29,18 +29,17 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from cronctl.clock import Clock
-from cronctl.errors import StoreError
 from cronctl.paths import Paths
 from cronctl.store import history
 from cronctl.store.audit import tell_listeners
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease
 from cronctl.store.outbox import OwedHook, WriterAlive
-from cronctl.store.pg import lease_fence
+from cronctl.store.pg import chain_rows, lease_fence
+from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
-from cronctl.store.pg.document import DocTransaction, doc_transaction, load_jobs
+from cronctl.store.pg.document import DocTransaction, PlanChains, doc_transaction, load_jobs
 from cronctl.store.pg.fired import drop_fired
 from cronctl.store.pg.takeover import without_held
-from cronctl.store.unit import CHAINS_NOT_STORED
 
 JudgeBy = Literal["database", "caller"]
 
@@ -95,8 +94,12 @@ class PgUnit:
         self.kept_runs[str(record["job"])] = done.keep_runs
 
     def claimable(self) -> dict[str, Any]:
-        # A job held ahead by a claim not yet dispatched is left due, never skipped as overlap (takeover.py).
-        return without_held(self.tx.doc)
+        # A job held ahead by a claim not yet dispatched is left due, never skipped as overlap (takeover.py);
+        # a chained job read without its lock (chain_rows) is not this write's to claim.
+        doc = without_held(self.tx.doc)
+        if self.tx.read_only:
+            doc["jobs"] = {name: entry for name, entry in doc["jobs"].items() if name not in self.tx.read_only}
+        return doc
 
     def claimed(self, batch: ClaimBatch) -> None:
         drop_fired(self.tx.conn, self.tx.doc, batch)
@@ -111,7 +114,7 @@ class PgUnit:
 class PgUnits:
     """`Units` over one PostgreSQL connection, one transaction at a time (its `lock`)."""
 
-    chains = False  # not built yet on PostgreSQL (README: Many hosts)
+    chains = True  # one row per chain, locked by the writes that decide it (chain_rows.py)
     shared = True
 
     def __init__(self, conn: Connection, host_id: str, judge_by: JudgeBy, clock: Clock, paths: Paths | None,
@@ -152,28 +155,30 @@ class PgUnits:
     def named(self, names: Iterable[str], *, meta: bool = False,
               committed_note: str | None = None) -> AbstractContextManager[PgUnit]:
         wanted = sorted(set(names))
-        return self._unit(_BY_NAMES if wanted else "false", {"names": wanted}, meta=meta)
+        plan = (lambda conn: chain_rows.plan_named(conn, wanted)) if wanted else None
+        return self._unit(_BY_NAMES if wanted else "false", {"names": wanted}, meta=meta, chains=plan)
 
     def due(self, now: datetime) -> AbstractContextManager[PgUnit]:
         asked = None if self.judge_by == "database" else now
-        return self._unit(_DUE, {"now": asked}, skip_locked=True)
+        return self._unit(_DUE, {"now": asked}, skip_locked=True, chains=chain_rows.plan_due)
 
     def ahead(self, now: datetime, horizon: datetime) -> AbstractContextManager[PgUnit]:
         judged = self.db_now() if self.judge_by == "database" else now  # the rows to lock depend on it
         return self._unit(_AHEAD, {"now": judged, "horizon": judged + (horizon - now)}, skip_locked=True,
-                          chosen_at=judged)
+                          chosen_at=judged, chains=chain_rows.plan_reads)
 
     def whole(self) -> AbstractContextManager[PgUnit]:
-        raise StoreError(CHAINS_NOT_STORED)
+        """Every job locked (`force-run --chain`: the new chain reads the whole graph)."""
+        return self._unit("true", {}, chains=lambda conn: ChainPlan())
 
     def chain(self, chain_id: str) -> AbstractContextManager[PgUnit]:
-        raise StoreError(CHAINS_NOT_STORED)
+        return self._unit("false", {}, chains=lambda conn: chain_rows.plan_chain(conn, chain_id))
 
     @contextmanager
     def _unit(self, where: str, params: dict[str, Any], *, meta: bool = False, skip_locked: bool = False,
-              chosen_at: datetime | None = None) -> Iterator[PgUnit]:
+              chosen_at: datetime | None = None, chains: PlanChains | None = None) -> Iterator[PgUnit]:
         with self.lock, doc_transaction(self.conn, self.host_id, where, params, meta=meta,
-                                        skip_locked=skip_locked) as tx:
+                                        skip_locked=skip_locked, chains=chains) as tx:
             unit = PgUnit(tx, self.judge_by, self.clock, chosen_at)
             yield unit
         self._after_commit(unit)
