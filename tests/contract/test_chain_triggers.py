@@ -92,3 +92,38 @@ def test_force_chain_records_a_chain_the_next_claim_write_starts(lease_store: Ba
     assert "d" not in started and started["b"].spec.env["CRONCTL_CHAIN_ID"] == chain_id
     end(lease_store, started["b"], success(), MINUTE + 1)
     assert list(claim_chain(lease_store, MINUTE + 1)) == ["d"], "d's only upstream in this chain is b"
+
+
+def test_upstream_failed_cascades_and_requires_done_runs_after_a_failure(lease_store: Backend) -> None:
+    lease_store.define("a", every="1m")
+    lease_store.define("b", after=["a"])
+    lease_store.define("c", after=["b"])
+    lease_store.define("lenient", after=["a"], requires="done")
+    root = start_one(lease_store, at(MINUTE))
+    end(lease_store, root, FAILED, MINUTE + 1)
+    skips = {row["job"]: row for row in lease_store.events(AuditEvent.RUN_SKIPPED)}
+    assert (skips["b"]["reason"], skips["b"]["upstream"], skips["b"]["upstream_status"]) == \
+        ("upstream_failed", "a", "error")
+    assert (skips["c"]["reason"], skips["c"]["upstream"], skips["c"]["upstream_status"]) == \
+        ("upstream_failed", "b", "skipped"), "the skip cascades down the chain"
+    assert lease_store.events(AuditEvent.CHAIN_FINISHED) == [], "lenient is still to run"
+    ready = claim_chain(lease_store, MINUTE + 2)
+    assert list(ready) == ["lenient"]
+    end(lease_store, ready["lenient"], success(), MINUTE + 3)
+    [done] = lease_store.events(AuditEvent.CHAIN_FINISHED)
+    assert (done["chain"], done["outcome"]) == (root.run_id, "failed")
+    records = {r["job"]: r for r in lease_store.leases.history(None)}
+    assert {job: (r["status"], r["chain"]) for job, r in records.items()} == {
+        "a": ("error", root.run_id), "b": ("skipped", root.run_id), "c": ("skipped", root.run_id),
+        "lenient": ("success", root.run_id)}
+    assert lease_store.leases.job("c").state["last_status"] == "skipped"
+
+
+def test_the_trigger_is_durable_with_the_finish_even_if_its_writer_dies_right_after(lease_store: Backend) -> None:
+    diamond(lease_store)
+    root = start_one(lease_store, at(MINUTE))
+    with lease_store.crash_after_commit():
+        end(lease_store, root, success(), MINUTE + 1)
+    ready = claim_chain(lease_store, MINUTE + 2, OWNER_B)  # another loop, after the writer died
+    assert sorted(ready) == ["b", "c"] and {new.spec.env["CRONCTL_CHAIN_ID"] for new in ready.values()} == {root.run_id}
+    assert claim_chain(lease_store, MINUTE + 3) == {}
