@@ -44,8 +44,8 @@ class ChainRun:
 
 def starts_chain(ctx: Context, name: str) -> bool:
     """Whether `force-run NAME` starts a chain: a job with no `after` that has dependants."""
-    if ctx.on_postgres:
-        return False  # no chains there yet (README: Job chains)
+    if ctx.store.chain_free():
+        return False
     doc = ctx.store.read()
     entry = doc["jobs"].get(name)
     return entry is not None and not entry.get("after") and chain_doc.has_dependants(doc, name)
@@ -83,11 +83,10 @@ def run_chain_here(ctx: Context, chain_id: str) -> None:
 
 def wait_for_chain(ctx: Context, chain_id: str) -> None:
     """Until the running loop has ended the chain; refuses to wait forever on a dead loop."""
-    from cronctl.loop.heartbeat import loop_alive
 
     gone_since: float | None = None
     while not _ended(ctx, chain_id):
-        if loop_alive(ctx.paths, ctx.clock.now()) is not None:
+        if _loop_alive(ctx):
             gone_since = None
         elif gone_since is None:
             gone_since = ctx.clock.monotonic()
@@ -95,6 +94,17 @@ def wait_for_chain(ctx: Context, chain_id: str) -> None:
             raise CronctlError(f"the loop stopped while chain {chain_id} ran; it goes on when 'cronctl run' "
                                f"runs (see 'cronctl history --chain {chain_id}')")
         ctx.clock.sleep(0.05)
+
+
+def _loop_alive(ctx: Context) -> bool:
+    """A loop that will go on with the chain: this home's, or on PostgreSQL any live one."""
+    from cronctl.loop.heartbeat import loop_alive
+
+    if ctx.on_postgres:
+        from cronctl.ops.cluster import live_loops
+
+        return bool(live_loops(ctx))
+    return loop_alive(ctx.paths, ctx.clock.now()) is not None
 
 
 def _ended(ctx: Context, chain_id: str) -> bool:

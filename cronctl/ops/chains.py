@@ -95,9 +95,9 @@ class ChainGraph:
 
 def chain_graph(ctx: Context, name: str) -> ChainGraph | None:
     """None for a job outside any chain."""
-    if ctx.on_postgres or ctx.store.chain_free():
-        # No chain at all (PostgreSQL refuses them): spared building every job's view, a
-        # tenth of a second at 10,000 jobs. `show` has found the job itself already.
+    if ctx.store.chain_free():
+        # No chain at all: spared building every job's view, a tenth of a second at 10,000
+        # jobs. `show` has found the job itself already.
         return None
     # Through the lease store's views: the same on the JSON store and on PostgreSQL.
     views = {view.spec.name: view for view in ctx.leases.jobs()}
@@ -188,6 +188,10 @@ def force_chain(ctx: Context, name: str) -> ForcedChain:
     ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, chain=True)
     chain_id, jobs = ctx.leases.force_chain(name, now)
     specs = {view.spec.name: view.spec for view in ctx.leases.jobs()}
+    if ctx.on_postgres:  # any live loop of the cluster claims it on its next tick
+        from cronctl.ops.cluster import live_loops
+
+        return ForcedChain(chain_id, topological(jobs, specs), bool(live_loops(ctx)))
     live = loop_alive(ctx.paths, now)
     if live is not None and live.pid:
         _wake(live.pid)

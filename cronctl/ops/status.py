@@ -67,9 +67,12 @@ def status(ctx: Context) -> StatusReport:
 
 def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int], dict[str, Any]]:
     """Every job by name, the counters and the chains: the lease store's views on PostgreSQL
-    (which keeps no chains yet), one document read otherwise."""
+    (and its chain rows), one document read otherwise."""
     if ctx.on_postgres:
-        return ctx.leases.jobs(), ctx.leases.counters(), {}
+        from cronctl.store.pg.docstore import PgDocStore
+
+        chains = ctx.store.chains() if isinstance(ctx.store, PgDocStore) else {}
+        return ctx.leases.jobs(), ctx.leases.counters(), chains
     doc = ctx.store.read()
     views = [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
     return views, dict(doc.get("counters") or {}), doc.get("chains") or {}

@@ -216,7 +216,8 @@ def audit_count(store_url: str) -> int:
     (("edit", "tick", "--every", "soon"), "--every"),
     (("add", "other", "--cron", "61 * * * *", "--", "true"), "--cron"),
     (("add", "tick", "--every", "1h", "--", "true"), "job 'tick' already exists"),
-    (("add", "chained", "--after", "tick", "--", "true"), "field 'after'"),
+    (("add", "chained", "--after", "nope", "--", "true"), "unknown upstream job"),
+    (("edit", "tick", "--after", "tick"), "after"),
 ])
 def test_bad_input_changes_nothing_in_the_database(cli: Cli, store_url: str, monkeypatch: pytest.MonkeyPatch,
                                                    args: tuple[str, ...], message: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cronctl.context import Context
-from cronctl.errors import ConfigError, StoreError
+from cronctl.errors import ConfigError
 from cronctl.ops import definitions as ops
 from cronctl.store.pg import definitions as pg_definitions
 from cronctl.store.pg.audit import dumps, json_text
@@ -115,13 +115,19 @@ def test_the_audit_row_is_written_in_the_transaction_of_the_change(ctx: Context,
 
 
 def test_a_refused_change_leaves_no_row_and_no_audit_row(ctx: Context, conn: Connection) -> None:
-    with pytest.raises(StoreError, match="job 'chained': field 'after': job chains are not available"):
-        ops.add_job(ctx, ops.spec_from_options("chained", {"after": ["job01"], "command": "true"}))
     with pytest.raises(ConfigError, match="unknown upstream job"):
         ops.add_job(ctx, ops.spec_from_options("chained", {"after": ["nope"], "command": "true"}))
     with conn.transaction():
         assert one(conn, "SELECT count(*) FROM cronctl_jobs WHERE name = 'chained'") == 0
         assert one(conn, "SELECT count(*) FROM cronctl_audit WHERE job = 'chained'") == 0
+
+
+def test_a_job_after_another_is_stored_and_its_chain_rules_hold(ctx: Context, conn: Connection) -> None:
+    ops.add_job(ctx, ops.spec_from_options("chained", {"after": ["job01"], "command": "true"}))
+    with conn.transaction():
+        assert one(conn, "SELECT spec->'after' FROM cronctl_jobs WHERE name = 'chained'") == ["job01"]
+    with pytest.raises(ConfigError, match="cycle"):
+        ops.edit_job(ctx, "job01", {"after": ["chained"]}, [])
 
 
 def test_apply_prunes_the_jobs_its_file_defined_found_by_source(ctx: Context, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ ended `killed`), new jobs inserted (COPY: one stream for 100,000 of them), repla
 updated (`spec_version` bumped when the spec changed), and the audit rows. `last_slot`,
 the high-water mark, is never written: a definition never moves it back.
 
-A job with `after` is refused: chains are not on PostgreSQL yet.
+A job with `after` is stored as any other (its chains: store/pg/chain_rows.py); the chain
+rules read the chained jobs by the index on `after` (`linked_specs`).
 """
 
 from __future__ import annotations
@@ -89,10 +90,6 @@ class PgEdit:
 
     def write(self, shown: str) -> None:
         """Everything the body changed, in this transaction (see the module doc)."""
-        for name, entry in sorted({**self.replaced, **self.added}.items()):
-            if entry.get("after"):
-                raise StoreError(f"job '{name}': field 'after': job chains are not available on the PostgreSQL "
-                                 f"store ({shown}) yet; the store was not changed")
         if self.removed:
             self.conn.execute(_END_REMOVED_RUNS, (self.removed, list(LIVE_STATES)))
             self.conn.execute("DELETE FROM cronctl_jobs WHERE name = ANY(%s)", (self.removed,))

@@ -8,8 +8,8 @@ store's shape (`store/schema.py`):
   (`document.load_jobs`, as the lease store reads them);
 - `counters` and `metrics`: every host's rows of `cronctl_meta` added up;
 - `version` (the document's shape, 1 as the JSON store's), `rev` 0 (the database keeps no
-  revision of a whole document: `read_if_changed` has a signature instead) and `chains`
-  empty (chains are not on PostgreSQL yet: a job with `after` is refused).
+  revision of a whole document: `read_if_changed` has a signature instead) and `chains`:
+  the rows of `cronctl_chains` (the open chains and the last ended ones, chain_rows.py).
 
 Nothing writes through this document: definitions go through `PgDefinitions`
 (store/pg/definitions.py), which locks only the rows it names; the run path through
@@ -32,6 +32,7 @@ from cronctl.errors import StoreError
 from cronctl.paths import Paths
 from cronctl.store.codec import CURRENT_VERSION, Document
 from cronctl.store.jsonstore import Store
+from cronctl.store.pg.chain_rows import read_chains
 from cronctl.store.pg.connect import Connection, StoreUrl
 from cronctl.store.pg.definitions import Session
 from cronctl.store.pg.document import META_KEYS, load_jobs
@@ -39,10 +40,12 @@ from cronctl.store.pg.document import META_KEYS, load_jobs
 # One statement, whatever the job count: the jobs' count and the sum of their change
 # instants (every write sets updated_at anew, so any change moves the sum; a max would
 # miss two writers committing out of order), the newest fence (every claim) and the
-# counters' rows (a handful).
+# counters' rows (a handful), and the open chains (a forced chain is a row of its own).
 _SIGNATURE = """SELECT j.n, j.stamp, (SELECT max(fence) FROM cronctl_runs),
                        (SELECT md5(coalesce(string_agg(key || value::text, ',' ORDER BY key), ''))
                           FROM cronctl_meta)
+                       || (SELECT md5(coalesce(string_agg(chain_id || chain::text, ',' ORDER BY chain_id), ''))
+                             FROM cronctl_chains WHERE ended_at IS NULL)
                   FROM (SELECT count(*) AS n, coalesce(sum(extract(epoch FROM updated_at)), 0) AS stamp
                           FROM cronctl_jobs) AS j"""
 
@@ -108,7 +111,7 @@ class PgDocStore(Store):
 
     def read(self) -> Document:
         with self._snapshot() as conn:
-            return self._assemble(load_jobs(conn, "true", {}, None), summed_meta(conn))
+            return self._assemble(load_jobs(conn, "true", {}, None), summed_meta(conn), read_chains(conn))
 
     # The signature is opaque to every caller (DueIndex keeps it as Any and hands it back),
     # so the JSON store's StoreSignature type does not bind this one.
@@ -120,7 +123,17 @@ class PgDocStore(Store):
             signature = PgSignature(int(row[0]), Decimal(row[1]), row[2], str(row[3]))
             if signature == since:
                 return None, signature
-            return self._assemble(load_jobs(conn, "true", {}, None), summed_meta(conn)), signature
+            return self._assemble(load_jobs(conn, "true", {}, None), summed_meta(conn), read_chains(conn)), signature
+
+    def chain_free(self) -> bool:
+        """Whether no job runs after another (the index on `after`: no job read)."""
+        with self._snapshot() as conn:
+            return conn.execute("SELECT 1 FROM cronctl_jobs WHERE spec ? 'after' LIMIT 1").fetchone() is None
+
+    def chains(self) -> dict[str, Any]:
+        """The chains kept (the document's `chains`), without reading the jobs."""
+        with self._snapshot() as conn:
+            return read_chains(conn)
 
     def health(self) -> PgHealth:
         """The schema version, the loops (the last heartbeat of each host's latest ones) and the audit's size."""
@@ -161,9 +174,9 @@ class PgDocStore(Store):
             self._fail("cannot read", exc)
 
     @staticmethod
-    def _assemble(jobs: dict[str, Any], meta: dict[str, Any]) -> Document:
+    def _assemble(jobs: dict[str, Any], meta: dict[str, Any], chains: dict[str, Any]) -> Document:
         return {"version": CURRENT_VERSION, "rev": 0, "jobs": jobs, "counters": meta.get("counters") or {},
-                "metrics": meta.get("metrics") or {}, "chains": {}}
+                "metrics": meta.get("metrics") or {}, "chains": chains}
 
     # --- changing ---------------------------------------------------------------------------
 
