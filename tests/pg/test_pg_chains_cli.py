@@ -70,3 +70,28 @@ def test_add_after_and_force_run_of_a_node_with_chain(cli: Any, store_url: str, 
         == ["b", "c"]
     cycle = cli("--store", store_url, "edit", "a", "--after", "c")
     assert cycle.code == 1 and "cycle" in cycle.err and "Traceback" not in cycle.err
+
+
+def test_import_json_carries_the_chain_jobs_and_their_history(cli: Any, store_url: str, tmp_path: Path) -> None:
+    """A home with chain history: chain runs (trigger `chain`) and a skipped node (state `skipped`)
+    used to die in the runs table's checks; now the chains read the same on PostgreSQL."""
+    out = tmp_path / "out"
+    assert cli("apply", "-f", str(chain_file(tmp_path, out, b_exit=4))).code == 0
+    assert cli("force-run", "a", "--wait").code == 4
+    chain = cli("history", "a", "--json").json()["runs"][-1]["run_id"]
+    on_json = cli("history", "--chain", chain, "--json").json()
+
+    imported = cli("--store", store_url, "store", "import-json", "--json")
+    assert imported.code == 0, imported.err
+    assert (imported.json()["jobs"], imported.json()["records"]) == (4, 4)
+    on_pg = cli("--store", store_url, "history", "--chain", chain, "--json").json()
+    assert on_pg["outcome"] == on_json["outcome"] == "failed"
+    assert on_pg["nodes"] == on_json["nodes"]
+    assert [{k: v for k, v in run.items() if k != "host"} for run in on_pg["runs"]] == on_json["runs"]
+    shown = cli("--store", store_url, "show", "a")
+    assert f"last chain {chain}: failed" in shown.out, shown.out
+    # The imported chain jobs run on as chains here.
+    again = cli("--store", store_url, "force-run", "a", "--wait")
+    assert again.code == 4 and again.out.splitlines()[2].split()[:2] == ["c", "skipped"], again.out
+    assert cli("--store", store_url, "store", "import-json", "--replace").code == 0
+    assert cli("--store", store_url, "history", "--chain", chain, "--json").json()["nodes"] == on_json["nodes"]

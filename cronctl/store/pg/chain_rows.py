@@ -137,7 +137,7 @@ def save_chains(conn: Connection, before: dict[str, bytes], chains: dict[str, An
         if dump(chain) == before.get(chain_id):
             continue
         ended_one = ended_one or chain.get("ended_at") is not None
-        conn.execute(
+        conn.execute(  # an id is its root run's: a chain of that id is this one (an import of it again)
             "INSERT INTO cronctl_chains (chain_id, root, jobs, chain, started_at, ended_at)"
             " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (chain_id) DO UPDATE SET jobs = EXCLUDED.jobs,"
             " chain = EXCLUDED.chain, ended_at = EXCLUDED.ended_at",

@@ -2,8 +2,10 @@
 
 Either everything is copied or nothing is: a failure rolls back, and the JSON store is
 only read. Without `replace`, jobs already in the database are refused by name, so an
-import never overwrites a definition silently; with it, the database's jobs, runs and
-counters are replaced (its audit rows are kept: they record what happened).
+import never overwrites a definition silently; with it, the database's jobs, runs, chains
+and counters are replaced (its audit rows are kept: they record what happened). The
+chains (`doc["chains"]`) become chain rows, their runs (trigger `chain`, skipped nodes
+included) runs rows, as the lease store writes them (store/pg/chain_rows.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from cronctl.errors import ConflictError
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.chain_rows import save_chains
 from cronctl.store.pg.definitions import DEFINITIONS_LOCK_KEY
+from cronctl.store.pg.document import dump
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.transaction import Limits, short_transaction
 from cronctl.store.pg.writes import WriteStage, take_xact_lock
@@ -47,12 +51,14 @@ def import_document(conn: Connection, doc: dict[str, Any], records: Sequence[dic
         if replace:
             conn.execute("DELETE FROM cronctl_runs")
             conn.execute("DELETE FROM cronctl_jobs")
+            conn.execute("DELETE FROM cronctl_chains")
             conn.execute("UPDATE cronctl_meta SET value = '{}'::jsonb")
         else:
             _refuse_existing(conn, sorted(jobs))
         for name in sorted(jobs):
             put_entry(conn, jobs[name])
         copied = sum(_insert_record(conn, record, host_id) for record in records)
+        save_chains(conn, {}, dict(doc.get("chains") or {}), dump)
         _merge_meta(conn, doc)
         write_audit(conn, [AuditRow(AuditEvent.JOB_ADDED, job=name, details={"source": "import-json"})
                            for name in sorted(jobs)], None, host_id)
