@@ -19,8 +19,8 @@ from psycopg.types.json import Jsonb
 from cronctl.errors import ConflictError
 from cronctl.models import AuditEvent
 from cronctl.store.pg.audit import AuditRow, write_audit
-from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.chain_rows import save_chains
+from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.definitions import DEFINITIONS_LOCK_KEY
 from cronctl.store.pg.document import dump
 from cronctl.store.pg.jobs import put_entry
