@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.loophelp import stop, wait_until
-from tests.pg.clusterhelp import one, rows, seed, start_host_loop
+from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
 
 pytestmark = pytest.mark.slow
 
@@ -51,3 +51,32 @@ def test_two_hosts_run_each_node_of_each_chain_once(tmp_path: Path, store_url: s
     dup = one(store_url, "SELECT count(*) FROM (SELECT job, slot, attempt FROM cronctl_runs"
                          " GROUP BY 1, 2, 3 HAVING count(*) > 1) AS d")
     assert dup == 0
+
+
+FORCED = """
+jobs:
+  - {{name: x, every: 24h, command: 'echo "$CRONCTL_CHAIN_ID x" >> {oracle}'}}
+  - {{name: y, after: x, command: 'echo "$CRONCTL_CHAIN_ID y" >> {oracle}'}}
+"""
+
+
+def test_a_chain_forced_from_another_host_is_run_by_the_loops(tmp_path: Path, store_url: str) -> None:
+    """No job is due: the loops find the forced chain's ready root by the chain rows alone."""
+    oracle = tmp_path / "oracle.txt"
+    seed(store_url, tmp_path, FORCED.format(oracle=oracle))
+    loops = [start_host_loop(tmp_path / host, store_url, host) for host in ("host-a", "host-b")]
+    try:
+        wait_until(lambda: one(store_url, "SELECT count(*) FROM cronctl_loops WHERE stopped_at IS NULL") == 2,
+                   timeout=60)
+        done = run_cli(tmp_path / "host-c", store_url, "host-c", "force-run", "x", "--wait", timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        chain = done.stdout.splitlines()[-1].split()[1].rstrip(":")
+        node = run_cli(tmp_path / "host-c", store_url, "host-c", "force-run", "y", "--chain", "--wait", timeout=60)
+        assert node.returncode == 0, node.stdout + node.stderr
+    finally:
+        codes = [stop(proc) for proc in loops]
+    assert codes == [0, 0]
+    ran = oracle.read_text().splitlines()
+    assert sorted(ran)[:2] == [f"{chain} x", f"{chain} y"] and len(ran) == 3, ran
+    hosts = {str(row[0]) for row in rows(store_url, "SELECT host_id FROM cronctl_runs WHERE record IS NOT NULL")}
+    assert hosts <= {"host-a", "host-b"}, "run by the loops, not by the calling host"

@@ -69,7 +69,19 @@ _AHEAD = """ahead AS (
        AND coalesce(j.state -> 'retry', 'null'::jsonb) = 'null'::jsonb
        AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r
                         WHERE r.job = j.name AND r.state IN ('claimed', 'running')))"""
-_INSTANTS = """(SELECT min(wake_at) FROM cronctl_jobs WHERE NOT paused AND wake_at IS NOT NULL),
+# A chain's node to claim (chain_doc.earliest_chain_fire): ready, a retry (when it falls due),
+# or running with its claim gone; a forced chain's root is ready before any job is due.
+_CHAIN_FIRE = """(SELECT min(CASE WHEN n.value->>'status' = 'retrying' THEN n.value->>'due_at'
+                             ELSE coalesce(n.value->>'ready_at', n.value->>'due_at', c.chain->>'started_at')
+                        END::timestamptz)
+          FROM cronctl_chains AS c, jsonb_each(c.chain->'nodes') AS n
+         WHERE c.ended_at IS NULL
+           AND (n.value->>'status' IN ('ready', 'retrying')
+                OR (n.value->>'status' = 'running'
+                    AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r WHERE r.run_id = n.value->>'run_id'
+                                      AND r.state IN ('claimed', 'running')))))"""
+_INSTANTS = f"""least((SELECT min(wake_at) FROM cronctl_jobs WHERE NOT paused AND wake_at IS NOT NULL),
+             {_CHAIN_FIRE}),
        (SELECT first FROM ahead),
        (SELECT count(*) FROM cronctl_jobs
          WHERE NOT paused AND wake_at > (SELECT now FROM t)
