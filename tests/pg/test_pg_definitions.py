@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cronctl.context import Context
-from cronctl.errors import ConfigError
+from cronctl.errors import ConfigError, ConflictError
 from cronctl.ops import definitions as ops
 from cronctl.store.pg import definitions as pg_definitions
 from cronctl.store.pg.audit import dumps, json_text
@@ -157,3 +157,44 @@ def test_a_new_job_reads_back_exactly_whatever_its_text_holds(ctx: Context) -> N
     got = ctx.definitions.get("odd")
     assert got is not None and got["command"] == command and got["env"] == env
     assert got["state"] == {**view.state, "claims": {}}
+
+
+def test_a_remove_waits_for_an_add_after_it_and_then_refuses_to_orphan_it(ctx: Context, store_url: str,
+                                                                           tmp_path: Path) -> None:
+    """Two writers of different rows: the chain rule still sees the other's dependant."""
+    other = Context.open(tmp_path / "other", store_url=parse_store_url(store_url))
+    added = threading.Event()
+    release = threading.Event()
+    original = pg_definitions.PgEdit.write
+
+    def held_write(edit: pg_definitions.PgEdit, shown: str) -> None:
+        original(edit, shown)
+        if "chained" in edit.added:
+            added.set()
+            assert release.wait(30)
+
+    outcome: dict[str, Any] = {}
+
+    def remove_upstream() -> None:
+        try:
+            ops.remove_job(other, "job01")
+            outcome["removed"] = True
+        except ConflictError as exc:
+            outcome["refused"] = str(exc)
+
+    pg_definitions.PgEdit.write = held_write  # type: ignore[method-assign]
+    try:
+        adder = threading.Thread(target=lambda: ops.add_job(
+            ctx, ops.spec_from_options("chained", {"after": ["job01"], "command": "true"})))
+        adder.start()
+        assert added.wait(30)
+        remover = threading.Thread(target=remove_upstream)
+        remover.start()
+        time.sleep(0.5)  # the remove is waiting on job01's row (FOR SHARE of the add)
+        assert outcome == {}
+        release.set()
+        adder.join(30)
+        remover.join(30)
+    finally:
+        pg_definitions.PgEdit.write = original  # type: ignore[method-assign]
+    assert "orphan" in outcome.get("refused", ""), outcome

@@ -79,6 +79,13 @@ class PgEdit:
         self.replaced.pop(name, None)
 
     def linked_specs(self, upstreams: Iterable[str]) -> dict[str, JobSpec]:
+        # The upstreams asked for are held FOR SHARE until this edit commits: a `remove` of one
+        # (FOR UPDATE) waits, then reads the dependant this edit adds and refuses to orphan it;
+        # a removal committed first leaves the upstream unknown here. (Two edits that would close
+        # a cycle through each other's rows deadlock; PostgreSQL ends one, which changes nothing.)
+        wanted = sorted(set(upstreams) - set(self._entries))
+        if wanted:
+            self.conn.execute("SELECT 1 FROM cronctl_jobs WHERE name = ANY(%s) ORDER BY name FOR SHARE", (wanted,))
         # Every job in a chain has `after` (a key of its spec only then, models.to_dict): the
         # partial index cronctl_jobs_chained finds them without a scan; plus the upstreams asked for.
         rows = self.conn.execute("SELECT name, spec FROM cronctl_jobs WHERE spec ? 'after' OR name = ANY(%s)",
