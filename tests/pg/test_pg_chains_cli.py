@@ -53,6 +53,9 @@ def test_apply_and_force_run_of_a_root_run_its_chain_here(cli: Any, store_url: s
     assert shown.code == 0 and f"last chain {chain}: failed" in shown.out, shown.out
     status = cli("--store", store_url, "status", "--json").json()
     assert {job["name"]: job["last_status"] for job in status["jobs"]}["c"] == "skipped"
+    metrics = cli("--store", store_url, "metrics").out
+    assert 'cronctl_chains_total{outcome="failed"} 1.0' in metrics and "cronctl_chains_in_progress 0.0" in metrics, \
+        metrics
 
 
 def test_add_after_and_force_run_of_a_node_with_chain(cli: Any, store_url: str, tmp_path: Path) -> None:
