@@ -13,7 +13,11 @@ stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
 production server does. `--api lease` is the only API (and the default); the option stays
 so that command lines written for it keep working.
 
-Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api lease]
+`--chained N` adds N jobs that run after `job1` (job chains, SPEC §10; no chain running): what
+the chain rows' plans cost the run path of a job outside any chain (every claim write and
+every unit of a job with dependants reads the chained jobs, by the index on `after`).
+
+Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api lease] [--chained N]
 """
 
 from __future__ import annotations
@@ -90,6 +94,18 @@ def populate_lease(conn: Connection, jobs: int) -> None:
     conn.commit()
 
 
+def populate_chained(conn: Connection, count: int) -> None:
+    """`count` rows `dep1`... of jobs after `job1`, as `add --after job1` makes them."""
+    spec = JobSpec(name="template", command="true", after=("job1",)).to_dict()
+    with conn.transaction():
+        conn.execute(
+            """INSERT INTO cronctl_jobs (name, spec, overlap, state)
+               SELECT 'dep' || i, jsonb_set(%s::jsonb, '{name}', to_jsonb('dep' || i)), 'skip', '{}'::jsonb
+                 FROM generate_series(1, %s) AS i""", (psycopg.types.json.Jsonb(spec), count))
+    conn.execute("ANALYZE cronctl_jobs")
+    conn.commit()
+
+
 HOT = JobSpec(name="hot", command="true", every=60.0)
 OWNER = Owner("bench", os.getpid(), 1.0, "bench-boot")
 
@@ -112,13 +128,15 @@ def one_lease_round(conn: Connection, leases: PgLeaseStore) -> tuple[float, floa
     return claimed - started, dispatched - claimed, finished - dispatched
 
 
-def measure(url: str, jobs: int, rounds: int, api: str = "lease") -> dict[str, list[float]]:
+def measure(url: str, jobs: int, rounds: int, api: str = "lease", chained: int = 0) -> dict[str, list[float]]:
     """Milliseconds of each step over `rounds` rounds at `jobs` rows; `api` must be "lease"."""
     if api != "lease":
         raise ValueError(f"bench/pg_claim.py: unknown --api {api!r}: the run path is PgLeaseStore ('lease')")
     with fresh_database(url) as db_url, connect(parse_store_url(db_url)) as conn:
         ensure_schema(conn)
         populate_lease(conn, jobs)
+        if chained:
+            populate_chained(conn, chained)
         leases = PgLeaseStore(conn, "bench-host")
         for _ in range(10):  # warm the caches and the connection
             one_lease_round(conn, leases)
@@ -137,11 +155,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--fsync", action="store_true", help="a throwaway server that flushes its WAL to disk")
     parser.add_argument("--api", choices=("lease",), default="lease", help="PgLeaseStore, the run path")
+    parser.add_argument("--chained", type=int, default=0, help="jobs after job1 beside the others (job chains)")
     args = parser.parse_args()
     with server_url(args.fsync) as url:
         print(f"{'jobs':>8} {'step':>9} {'median ms':>10} {'p90 ms':>8}")
         for size in (int(s) for s in args.sizes.split(",")):
-            times = measure(url, size, args.rounds, args.api)
+            times = measure(url, size, args.rounds, args.api, args.chained)
             for step, values in times.items():
                 p90 = statistics.quantiles(values, n=10)[-1]
                 print(f"{size:>8} {step:>9} {statistics.median(values):>10.2f} {p90:>8.2f}")

@@ -2,8 +2,10 @@
 
 The chain decisions are the JSON store's (store/chain_doc.py, store/chains.py) on the
 unit's document: `doc["chains"]` holds the chain rows a unit locked, `doc["jobs"]` the
-job rows it locked plus, read only, every job that runs `after` another (what
-`has_dependants` and `start_chain` read: found by the index on `spec ? 'after'`).
+job rows it locked (every job below a job it names: what `has_dependants` and
+`start_chain` read, found by the GIN index on `spec->'after'`, never by reading every
+chained job) and, in a claim write, the dependants of its jobs read without a lock (a
+claimed root is told its chain: `chains.mark_roots`); those are never written.
 
 What a unit locks, always chain rows first and then job rows (so two loops never
 deadlock), is planned inside its transaction before any job row is locked:
@@ -42,28 +44,27 @@ class ChainPlan:
 
     chains: dict[str, dict[str, Any]] = field(default_factory=dict)  # the chain rows locked, by id
     jobs: list[str] = field(default_factory=list)  # job rows to lock (waiting) before the unit's own
-    chained: dict[str, list[str]] = field(default_factory=dict)  # every job with `after`: its upstreams
     covers: bool = False  # `jobs` holds every row the unit names (no second statement)
+    # Read (not locked) the dependants of the jobs locked: what `mark_roots` asks of a claimed
+    # root (has it dependants?) in the claim writes.
+    read_dependants: bool = False
 
     @property
     def meta(self) -> bool:
         """Whether the unit may end a chain (its metrics count chains by outcome)."""
-        return bool(self.chains) or bool(self.jobs and self.chained)
+        return bool(self.chains) or bool(self.jobs and not self.read_dependants)
 
 
-def chained_jobs(conn: Connection) -> dict[str, list[str]]:
-    rows = conn.execute("SELECT name, spec->'after' FROM cronctl_jobs WHERE spec ? 'after' ORDER BY name").fetchall()
-    return {str(name): [str(up) for up in (after or [])] for name, after in rows}
-
-
-def below(names: set[str], chained: dict[str, list[str]]) -> set[str]:
-    """Every job downstream of `names` (not themselves, unless in a cycle)."""
-    found: set[str] = set()
-    frontier = set(names)
-    while frontier:
-        frontier = {job for job, ups in chained.items() if frontier & set(ups)} - found
-        found |= frontier
-    return found
+# The chains of the named jobs' live runs, and every job downstream of the named ones (by
+# the GIN index on `after`): what their ends may trigger or skip.
+_NAMED = """
+WITH RECURSIVE below(name) AS (
+    SELECT name FROM cronctl_jobs WHERE spec ? 'after' AND spec->'after' ?| %(names)s
+    UNION
+    SELECT j.name FROM cronctl_jobs AS j JOIN below AS b ON j.spec ? 'after' AND j.spec->'after' ? b.name)
+SELECT (SELECT coalesce(array_agg(DISTINCT claim->>'chain'), '{}') FROM cronctl_runs
+         WHERE job = ANY(%(names)s) AND state = ANY(%(live)s) AND claim->>'chain' IS NOT NULL),
+       (SELECT coalesce(array_agg(name), '{}') FROM below)"""
 
 
 def lock_chains(conn: Connection, chain_ids: list[str], skip_locked: bool = False) -> dict[str, dict[str, Any]]:
@@ -79,28 +80,20 @@ def _nodes(chains: dict[str, dict[str, Any]]) -> set[str]:
 
 
 def plan_named(conn: Connection, names: list[str]) -> ChainPlan | None:
-    """A named unit: the chains its jobs' live runs belong to, and those its jobs would start."""
-    chained = chained_jobs(conn)
-    if not chained:
-        return None
-    ids = [str(row[0]) for row in conn.execute(
-        "SELECT DISTINCT claim->>'chain' FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
-        " AND claim->>'chain' IS NOT NULL", (names, _LIVE)).fetchall()]
-    roots = {up for ups in chained.values() for up in ups} & set(names)
-    if not ids and not roots:
+    """A named unit: the chains its jobs' live runs belong to, and the jobs below its own."""
+    row = conn.execute(_NAMED, {"names": names, "live": _LIVE}).fetchone()
+    assert row is not None
+    ids, below = [str(cid) for cid in row[0]], [str(name) for name in row[1]]
+    if not ids and not below:
         return None
     chains = lock_chains(conn, ids)
-    jobs = set(names) | _nodes(chains) | below(roots, chained)
-    return ChainPlan(chains, sorted(jobs), chained, covers=True)
+    return ChainPlan(chains, sorted(set(names) | _nodes(chains) | set(below)), covers=True)
 
 
-def plan_due(conn: Connection) -> ChainPlan | None:
+def plan_due(conn: Connection) -> ChainPlan:
     """The claim write: open chains with a node to claim (ready, a retry, or running with its
-    claim gone), those another loop holds left to it; every chained job read (`mark_roots`)."""
-    chained = chained_jobs(conn)
+    claim gone), those another loop holds left to it."""
     open_chains = conn.execute(_OPEN_CHAINS).fetchall()
-    if not chained and not open_chains:
-        return None
     running = [node.get("run_id") for _, chain in open_chains for node in chain["nodes"].values()
                if node["status"] == chain_doc.RUNNING and node.get("run_id")]
     live = {str(row[0]) for row in conn.execute(
@@ -111,19 +104,27 @@ def plan_due(conn: Connection) -> ChainPlan | None:
         or (node["status"] == chain_doc.RUNNING and node.get("run_id") not in live)
         for node in chain["nodes"].values())]
     chains = lock_chains(conn, wanted, skip_locked=True)
-    return ChainPlan(chains, sorted(_nodes(chains)), chained)
+    return ChainPlan(chains, sorted(_nodes(chains)), read_dependants=True)
 
 
 def plan_chain(conn: Connection, chain_id: str) -> ChainPlan:
     """A chain's hop: that chain (if it is still open) and its nodes."""
     chains = {cid: chain for cid, chain in lock_chains(conn, [chain_id]).items() if chain.get("ended_at") is None}
-    return ChainPlan(chains, sorted(_nodes(chains)), chained_jobs(conn), covers=True)
+    return ChainPlan(chains, sorted(_nodes(chains)), covers=True)
 
 
-def plan_reads(conn: Connection) -> ChainPlan | None:
-    """A unit that starts no chain and decides none (claim ahead): the chained jobs, read."""
-    chained = chained_jobs(conn)
-    return ChainPlan(chained=chained) if chained else None
+def plan_reads(conn: Connection) -> ChainPlan:
+    """A unit that starts no chain and decides none (claim ahead): the dependants of its jobs, read."""
+    return ChainPlan(read_dependants=True)
+
+
+def dependants_of(conn: Connection, names: list[str]) -> list[str]:
+    """The jobs that run after any of `names` (the GIN index on `after`)."""
+    if not names:
+        return []
+    rows = conn.execute("SELECT name FROM cronctl_jobs WHERE spec ? 'after' AND spec->'after' ?| %s ORDER BY name",
+                        (names,)).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 # --- writing back ---------------------------------------------------------------------------

@@ -142,8 +142,11 @@ def _lock_jobs(conn: Connection, where: str, params: dict[str, Any], skip_locked
 
 
 def _read_chained(conn: Connection, jobs: dict[str, Any], plan: ChainPlan | None) -> set[str]:
-    """The chained jobs this unit did not lock, read (what chain_doc reads of the graph)."""
-    missing = sorted(set(plan.chained) - set(jobs)) if plan is not None else []
+    """The dependants of the locked jobs this unit did not lock, read: what `has_dependants`
+    asks of a root a claim write claims (chain_doc reads it from the document's jobs)."""
+    if plan is None or not plan.read_dependants or not jobs:
+        return set()
+    missing = [name for name in chain_rows.dependants_of(conn, sorted(jobs)) if name not in jobs]
     if missing:
         jobs.update(load_jobs(conn, "name = ANY(%(chained)s)", {"chained": missing}, None))
     return set(missing)

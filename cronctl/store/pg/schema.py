@@ -160,6 +160,8 @@ _V5 = (
         started_at timestamptz,
         ended_at timestamptz)""",
     "CREATE INDEX cronctl_chains_open ON cronctl_chains (chain_id) WHERE ended_at IS NULL",
+    # The dependants of given jobs (`spec->'after' ?| names`), without reading every chained job.
+    "CREATE INDEX cronctl_jobs_after ON cronctl_jobs USING gin ((spec->'after')) WHERE spec ? 'after'",
     "CREATE INDEX cronctl_chains_ended ON cronctl_chains (ended_at) WHERE ended_at IS NOT NULL",
 )
 
