@@ -152,10 +152,10 @@ class PgAuditLog(AuditLog):
         return self.append_many([(event, details)])[0]
 
     def append_many(self, rows: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Every row of a burst (`apply -f` of 10,000 jobs) in one transaction, one round trip per batch."""
+        """Every row of a burst (`apply -f` of 10,000 jobs) in one transaction and one statement."""
         from psycopg.types.json import Jsonb
 
-        from cronctl.store.pg.audit import dumps
+        from cronctl.store.pg.audit import dumps, insert_audit
         from cronctl.store.pg.identity import host_id
 
         host = host_id()  # which host decided it, as the lease store's rows say (SPEC §9)
@@ -166,13 +166,12 @@ class PgAuditLog(AuditLog):
                     if k not in ("ts", "event", "job", "run_id", "reason", "slot", "host")}
             slot = row.get("slot")
             params.append((row["event"], row.get("job"), row.get("run_id"),
-                           from_iso(slot) if isinstance(slot, str) else slot, row.get("reason"), host,
+                           from_iso(slot) if isinstance(slot, str) else slot, None, row.get("reason"),
                            Jsonb(rest, dumps=dumps)))
         try:
             conn = self.session.conn()
-            with self.session.lock, conn.transaction(), conn.cursor() as cur:
-                cur.executemany("INSERT INTO cronctl_audit (event, job, run_id, slot, reason, host_id, details)"
-                                " VALUES (%s, %s, %s, %s, %s, %s, %s)", params)
+            with self.session.lock, conn.transaction():
+                insert_audit(conn, params, None, host)  # one statement: no pipeline (store/pg/audit.py)
         except (CronctlError, psycopg_error()) as exc:
             print(f"cronctl: cannot write audit row(s) to {self.session.url.shown}: {exc}", file=sys.stderr)
         for row in written:

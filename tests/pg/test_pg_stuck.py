@@ -145,3 +145,15 @@ def test_a_job_whose_row_a_gone_client_holds_fires_once_a_loop_ended_that_sessio
     assert audit[0][1]["transaction_s"] >= 9.0 + 5.0  # not before its transaction outlived the lease plus margin
     assert fired_after < 9.0 + 5.0 + 30.0  # the healer's sweep (10 s) after that, on a busy machine
     assert "ended PostgreSQL session" in (tmp_path / "b" / "loop.log").read_text()
+
+
+def test_the_store_sends_no_pipeline() -> None:
+    """psycopg's executemany is a pipeline: PostgreSQL times nothing between its messages (a stall
+    there kept job rows locked), and one cut short by a terminated backend left the connection in
+    pipeline mode and not broken, so a loop never reconnected (issue 20). Arrays in one statement
+    do the same work in one round trip (store/pg/document.py, store/pg/audit.py)."""
+    package = Path(__file__).resolve().parents[2] / "cronctl"
+    found = [f"{path.relative_to(package)}:{number}" for path in package.rglob("*.py")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if (".executemany(" in line or ".pipeline(" in line) and not line.lstrip().startswith("#")]
+    assert found == []

@@ -33,13 +33,15 @@ class AuditRow:
 
 def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None) -> None:
     """Insert `rows` inside the caller's transaction: they commit or vanish with its decision."""
-    if not rows:
-        return
-    conn.execute(_INSERT, (loop_id, host_id, [row.event.value for row in rows], [row.job for row in rows],
-                           [row.run_id for row in rows], [row.slot for row in rows], [row.fence for row in rows],
-                           [row.reason for row in rows],
-                           [Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps)
-                            for row in rows]))
+    insert_audit(conn, [(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
+                         Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
+                        for row in rows], loop_id, host_id)
+
+
+def insert_audit(conn: Connection, rows: list[tuple[Any, ...]], loop_id: UUID | None, host_id: str | None) -> None:
+    """Rows of (event, job, run_id, slot, fence, reason, details as Jsonb), in one statement."""
+    if rows:
+        conn.execute(_INSERT, (loop_id, host_id, *[list(column) for column in zip(*rows, strict=True)]))
 
 
 # One statement, never a pipeline (executemany): PostgreSQL times nothing between a pipeline's
