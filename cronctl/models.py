@@ -107,6 +107,7 @@ class AuditEvent(StrEnum):
     CLUSTER_CLOCK_SKEW = "cluster.clock_skew"
     CLUSTER_STORE_OUTAGE = "cluster.store_outage"
     CLUSTER_LOOP_FORGOTTEN = "cluster.loop_forgotten"
+    CLUSTER_SESSION_ENDED = "cluster.session_ended"  # a session stuck on a gone client (store/pg/stuck.py)
     CLOCK_JUMPED = "clock.jumped"
     # Notifications (SPEC §12): every delivery try, and the end of trying.
     NOTIFY_SENT = "notify.sent"

@@ -32,12 +32,14 @@ from cronctl.errors import CronctlError
 from cronctl.loop.heal import Liveness
 from cronctl.models import AuditEvent
 from cronctl.proc.identity import ProcIdentity, is_alive
+from cronctl.store.claims import DEFAULT_LEASE
 from cronctl.store.pg import loops, requests
 from cronctl.store.pg.connect import StoreUnreachableError
 from cronctl.store.pg.dbclock import SKEW_AUDIT_THRESHOLD_S
 from cronctl.store.pg.deadline import StoreDeadlineError
 from cronctl.store.pg.leases import PgLeaseStore
 from cronctl.store.pg.loops import LoopIdentity
+from cronctl.store.pg.stuck import end_stuck_sessions
 from cronctl.timefmt import from_iso
 
 if TYPE_CHECKING:
@@ -126,8 +128,10 @@ class ClusterMember:
     """This loop in the cluster (see the module doc). Used on the tick thread only."""
 
     def __init__(self, leases: PgLeaseStore, clock: Clock, host: str, boot: str, pid: int, pid_start: float,
-                 home: str, say: Callable[[str], None] = lambda message: None) -> None:
+                 home: str, say: Callable[[str], None] = lambda message: None,
+                 lease_s: float = DEFAULT_LEASE) -> None:
         self.leases = leases
+        self.lease_s = lease_s
         self.clock = clock
         self.me = LoopIdentity(uuid.uuid4(), host, boot, pid, pid_start)
         self.home = home
@@ -225,6 +229,20 @@ class ClusterMember:
         with self.leases.lock:
             loops.audit(self.leases.conn, self.me, AuditEvent.CLUSTER_STORE_OUTAGE, unreachable_s=round(lasted, 3),
                         error=error)
+
+    # --- sessions stuck on a gone client ----------------------------------------------------
+
+    def end_stuck_sessions(self) -> int:
+        """The healer's first step: end the sessions whose client is gone mid-protocol and
+        whose transaction outlived this loop's lease plus margin (store/pg/stuck.py)."""
+        with self.leases.lock:
+            ended = end_stuck_sessions(self.leases.conn, self.me, self.lease_s + LEASE_MARGIN_S)
+        for session in ended:
+            print(f"cronctl: warning: ended PostgreSQL session {session.pid} ({session.application_name}): it has "
+                  f"waited on its client inside a transaction open {session.transaction_s:g}s, longer than the "
+                  "lease plus margin (a stalled network); its transaction was rolled back",
+                  file=sys.stderr, flush=True)
+        return len(ended)
 
     # --- requests --------------------------------------------------------------------------
 

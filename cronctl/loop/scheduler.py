@@ -290,7 +290,7 @@ class Scheduler:
 
         leases.set_deadline(deadline_for(self.options.lease))  # SPEC §9: 5 s, at most a quarter of the lease
         member = ClusterMember(leases, self.ctx.clock, host_id(), self.boot, os.getpid(), start,
-                               str(self.ctx.paths.home), say=self._say)
+                               str(self.ctx.paths.home), say=self._say, lease_s=self.options.lease)
         from cronctl.loop.cluster_life import refused_start_on_outage
 
         with refused_start_on_outage():  # before `scheduler.started`: the loop did not start
@@ -520,6 +520,7 @@ class Scheduler:
         clock = self.ctx.clock
         self._last_heal = clock.monotonic()
         if self.cluster is not None:
+            self.cluster.end_stuck_sessions()  # rows held by a session whose client is gone (SPEC §9)
             if self.cluster.leases.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
                 self.engine.due.invalidate()
             doc = self.cluster.leases.suspects()

@@ -10,6 +10,9 @@ do not fire then (issue 20). This proxy plays that fault on demand:
   connections are accepted (the kernel does that anyway) and left as silent;
 - `stall_on(marker)`: forward until a client sends bytes containing `marker`, then stall,
   holding that chunk (a statement "in flight" when the stall began);
+- `stall_after(marker)`: forward until a client sends bytes containing `marker`, pass that
+  chunk on, then stall (the statement reached the server; its answer and whatever the
+  client sends next do not);
 - `resume()`: forward again, held bytes first;
 - `cut()`: a fast outage: every connection is closed and new ones are closed at once.
 
@@ -56,6 +59,7 @@ class StallProxy:
         self._lock = threading.Lock()
         self.mode = "forward"
         self._marker: bytes | None = None
+        self._marker_passes = False  # stall_after: the marker's chunk is forwarded before the stall
         self.stalls = 0  # how many stalls began (a marker's too)
         self._wake_r, self._wake_w = socket.socketpair()
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -79,7 +83,13 @@ class StallProxy:
     def stall_on(self, marker: bytes) -> None:
         """Forward until a client sends `marker`; that chunk is held and the proxy stalls."""
         with self._lock:
-            self._marker = marker
+            self._marker, self._marker_passes = marker, False
+        self._poke()
+
+    def stall_after(self, marker: bytes) -> None:
+        """Forward until a client sends `marker`; that chunk goes on to the server, then the proxy stalls."""
+        with self._lock:
+            self._marker, self._marker_passes = marker, True
         self._poke()
 
     def url_for(self, url: str) -> str:
@@ -178,8 +188,11 @@ class StallProxy:
         pair.held[dest] += data
         with self._lock:
             marker = self._marker
-            if marker is not None and sock is pair.client and marker in data:
+            hit = marker is not None and sock is pair.client and marker in data
+            if hit:
                 self._marker = None
+                if self._marker_passes:
+                    self._flush(pair)  # the marker's chunk reaches the server before the stall
                 self.mode = "stall"
                 self.stalls += 1
         if self.mode == "forward":

@@ -34,14 +34,25 @@ class AuditRow:
 
 def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None) -> None:
     """Insert `rows` inside the caller's transaction: they commit or vanish with its decision."""
-    if not rows:
-        return
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO cronctl_audit (event, job, run_id, slot, fence, loop_id, host_id, reason, details)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [(row.event.value, row.job, row.run_id, row.slot, row.fence, loop_id, host_id, row.reason,
-              Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps)) for row in rows])
+    insert_audit(conn, [(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
+                         Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
+                        for row in rows], loop_id, host_id)
+
+
+def insert_audit(conn: Connection, rows: list[tuple[Any, ...]], loop_id: UUID | None, host_id: str | None) -> None:
+    """Rows of (event, job, run_id, slot, fence, reason, details as Jsonb), in one statement."""
+    if rows:
+        conn.execute(_INSERT, (loop_id, host_id, *[list(column) for column in zip(*rows, strict=True)]))
+
+
+# One statement, never a pipeline (executemany): PostgreSQL times nothing between a pipeline's
+# messages, and a stall there kept the transaction's row locks for ever (issue 20). The rows
+# keep their order (ids rise as the list goes).
+_INSERT = """INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
+             SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, %s::uuid, %s::text
+               FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::bigint[], %s::text[], %s::jsonb[])
+                    WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
+              ORDER BY u.n"""
 
 
 # A NUL escape not itself escaped (an even run of backslashes before it).

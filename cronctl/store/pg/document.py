@@ -207,8 +207,8 @@ def save_jobs(tx: DocTransaction) -> None:
     """Each changed job's state and claims, of rows that exist (a job new to this
     transaction is inserted by the caller first: its claims before are none).
 
-    The job rows go in one batch at the end (`resume` of 10,000 jobs: one pipeline, not
-    10,000 round trips); their order against the runs rows does not matter in one transaction.
+    The job rows go in one statement at the end (`resume` of 10,000 jobs: one round trip, not
+    10,000); their order against the runs rows does not matter in one transaction.
     """
     updates = []
     for name, entry in tx.doc["jobs"].items():
@@ -226,13 +226,21 @@ def save_jobs(tx: DocTransaction) -> None:
         updates.append((Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")),
                         wake_at({**entry, "state": state}), bool(entry.get("paused") or state.get("paused")), name))
     if updates:
-        with tx.conn.cursor() as cur:
-            cur.executemany("UPDATE cronctl_jobs SET state = %s, next_run_at = %s, wake_at = %s, paused = %s,"
-                            " updated_at = clock_timestamp() WHERE name = %s", updates)
+        tx.conn.execute(_UPDATE_JOBS, [list(column) for column in zip(*updates, strict=True)])
     if tx.fired:
         tx.conn.execute(_RAISE_MARKS, ([job for job, _ in tx.fired], [slot for _, slot in tx.fired]))
         tx.fired.clear()
 
+
+# The changed job rows, as arrays: one statement, never a pipeline (executemany). Between the
+# messages of a pipeline PostgreSQL runs neither statement_timeout nor the idle-in-transaction
+# timeout, so a network that stalls there kept the job row locks for ever (issue 20); one
+# statement ends in its Sync, after which the idle timeout of `short_transaction` runs.
+_UPDATE_JOBS = """UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
+                         paused = u.paused, updated_at = clock_timestamp()
+                    FROM unnest(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[], %s::text[])
+                         AS u(state, next_run_at, wake_at, paused, name)
+                   WHERE j.name = u.name"""
 
 # Only ever forward: a slot at or before the mark has fired (or was passed over for good).
 _RAISE_MARKS = """UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)

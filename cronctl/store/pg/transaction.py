@@ -6,6 +6,12 @@ frees its row locks (MULTIHOST §4). `lock_s` and `statement_s` bound how long a
 operation waits or works. The limits are set with `set_config(..., is_local => true)`,
 i.e. `SET LOCAL`: they end with the transaction, so nothing stays on a session that a
 transaction-mode pooler hands to someone else.
+
+The idle timer runs only after the server answered a statement up to its Sync: between the
+messages of a pipeline (psycopg's `executemany`), inside a half-received message or a COPY,
+PostgreSQL times nothing, and a network that stalls there keeps the locks for as long as it
+stalls. So a lease transaction sends single statements only (document.py, audit.py: arrays,
+not executemany), and a session stuck so anyway is ended by the loops' healer (stuck.py).
 """
 
 from __future__ import annotations
