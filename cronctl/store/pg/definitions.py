@@ -43,8 +43,15 @@ DEFINITIONS_LOCK_KEY = 0x63726F6E646F63
 DEFINITIONS_LIMITS = Limits(idle_s=120.0, lock_s=30.0, statement_s=120.0)
 
 _COPY = "COPY cronctl_jobs (name, spec, overlap, paused, next_run_at, wake_at, state) FROM STDIN"
-_UPDATE = """UPDATE cronctl_jobs SET spec = %s, overlap = %s, spec_version = spec_version + %s, state = %s,
-                 next_run_at = %s, wake_at = %s, paused = %s, updated_at = clock_timestamp() WHERE name = %s"""
+# One statement over arrays, never executemany: a pipeline's messages are not timed by
+# PostgreSQL, and a stall between them kept these row locks for ever (store/pg/transaction.py).
+_UPDATE = """UPDATE cronctl_jobs AS j SET spec = u.spec, overlap = u.overlap, spec_version = j.spec_version + u.bump,
+                    state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at, paused = u.paused,
+                    updated_at = clock_timestamp()
+               FROM unnest(%s::jsonb[], %s::text[], %s::int[], %s::jsonb[], %s::timestamptz[], %s::timestamptz[],
+                           %s::boolean[], %s::text[])
+                    AS u(spec, overlap, bump, state, next_run_at, wake_at, paused, name)
+              WHERE j.name = u.name"""
 # A removed job's runs still in flight (`remove --force` ended their processes): ended, so no
 # live row outlives its job (a job added again under the name would show them as its own).
 _END_REMOVED_RUNS = """UPDATE cronctl_runs SET state = 'killed', reason = 'removed', ended_at = clock_timestamp(),
@@ -103,8 +110,8 @@ class PgEdit:
         if self.added:
             self._insert()
         if self.replaced:
-            with self.conn.cursor() as cur:
-                cur.executemany(_UPDATE, [self._update_row(name, entry) for name, entry in self.replaced.items()])
+            rows = [self._update_row(name, entry) for name, entry in self.replaced.items()]
+            self.conn.execute(_UPDATE, [list(column) for column in zip(*rows, strict=True)])
 
     def _insert(self) -> None:
         names = sorted(self.added)
