@@ -7,7 +7,7 @@ modules), so `cronctl --help` and the commands that print no job do not load it.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -161,8 +161,11 @@ def next_fires(results: list[NextFires], json_out: bool) -> None:
 
 
 def _local_and_utc(result: NextFires) -> list[tuple[datetime, datetime]]:
-    zone = ZoneInfo(result.view.spec.timezone)
-    fires = [fire_at(result.view.spec, slot) for slot in result.instants]
+    spec = result.view.spec
+    fires = [fire_at(spec, slot) for slot in result.instants] if spec.jitter > 0 else result.instants
+    zone = ZoneInfo(spec.timezone)
+    if spec.timezone == "UTC":  # a slot in UTC already reads the same in the zone UTC: not converted
+        return [(fire if fire.tzinfo is timezone.utc else fire.astimezone(zone), fire) for fire in fires]
     return [(fire.astimezone(zone), fire) for fire in fires]
 
 
