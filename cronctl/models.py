@@ -184,16 +184,24 @@ class JobSpec:
         fields are copied in one comprehension and only those that can need it are
         converted or left out, rather than every field going through every test
         (tests/test_models_speed.py compares it with the field-by-field way)."""
-        values = self.__dict__  # every field is there
-        out = {name: values[name] for name in _SPEC_FIELD_ORDER}
+        values = self.__dict__  # every field is there, in field order unless set some other way
+        out = dict(values) if tuple(values) == _SPEC_FIELD_ORDER else {name: values[name] for name in _SPEC_FIELD_ORDER}
         for name in DURATION_FIELDS:
             value = out[name]
             if value is not None:
                 out[name] = _duration_text(value)
         if out["at"] is not None:
             out["at"] = to_iso(out["at"])
-        for name in _CONVERTED_FIELDS:
-            out[name] = _stored_value(out[name])
+        for name in _CONVERTED_FIELDS:  # inline: a call per field was half of this method
+            value = out[name]
+            if value is None or type(value) is str:
+                continue
+            if isinstance(value, Enum):
+                out[name] = value._value_  # what .value returns, without the descriptor
+            elif isinstance(value, tuple):
+                out[name] = [dict(item) if isinstance(item, dict) else item for item in value]
+            elif isinstance(value, dict):
+                out[name] = dict(value)
         if not values["after"]:  # a job outside any chain keeps the store bytes it always had
             for name in CHAIN_FIELDS:
                 del out[name]
@@ -229,7 +237,11 @@ class JobSpec:
         # dataclass's __init__ sets its 23 fields one object.__setattr__ at a time, two
         # thirds of this method. The values are the same; only the way they are set differs
         # (tests/test_models_speed.py compares both ways).
-        values = {**_SPEC_DEFAULTS, **{name: make() for name, make in _SPEC_FACTORIES}, **kwargs}
+        # In field order, as __init__ sets them: to_dict then copies the dict whole.
+        values = {**_SPEC_TEMPLATE, **kwargs}
+        for name, make in _SPEC_FACTORIES:
+            if name not in kwargs:
+                values[name] = make()
         spec: JobSpec = object.__new__(JobSpec)
         spec.__dict__.update(values)
         return spec
@@ -264,19 +276,6 @@ def _duration_text(seconds: float) -> str:
     return text
 
 
-def _stored_value(value: Any) -> Any:
-    """A field's value as the store writes it: enums by value, tuples as lists, dicts copied."""
-    if value is None:
-        return None
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return [dict(item) if isinstance(item, dict) else item for item in value]
-    if isinstance(value, dict):
-        return dict(value)
-    return value
-
-
 def _stored_enum(kind: type[Enum], value: Any) -> Any:
     member = kind._value2member_map_.get(value) if isinstance(value, str) else None
     return member if member is not None else kind(value)  # kind(value) raises on a bad one
@@ -303,6 +302,9 @@ _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSI
 # The defaults of the fields that have one; a factory (env's) is called per spec.
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.default is not MISSING}
 _SPEC_FACTORIES = tuple((f.name, f.default_factory) for f in fields(JobSpec) if f.default_factory is not MISSING)
+# Every field in field order, with its default (None for the required ones and those with
+# a factory: from_dict always sets both kinds).
+_SPEC_TEMPLATE = {f.name: _SPEC_DEFAULTS.get(f.name) for f in fields(JobSpec)}
 
 
 def command_text(command: str | tuple[str, ...] | None) -> str:
