@@ -31,17 +31,28 @@ from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import on_failure_request
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger, command_text
 from cronctl.proc.childsetup import child_setup_of
+from cronctl.proc.identity import identify
 from cronctl.proc.liveness import owner_alive
 from cronctl.proc.run import RunResult
 from cronctl.proc.spawn import BlockedConfig, RunRequest, SpawnError
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store import claims as claims_mod
+from cronctl.store import outbox
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
 from cronctl.store.outbox import PENDING, OwedHook
 from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
+
+
+def _own_start_time() -> float:
+    found = identify(os.getpid())
+    assert found is not None  # this very process is alive
+    return found.start_time
+
+
+outbox.use_start_time_reader(_own_start_time)  # an engine's process writes the outbox: without psutil
 # Test seam: CRONCTL_FAULT_LOOP_CRASH=after_claim SIGKILLs the loop right after a claim is written;
 # =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched;
 # =after_finish right after a run's end (and its chain's triggers) is written, before the next claim.
