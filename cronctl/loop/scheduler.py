@@ -32,7 +32,6 @@ from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
-from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
@@ -50,8 +49,10 @@ from cronctl.store.locks import SchedulerLock, lock_holder
 from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
 
-if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
+if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it, the HTTP
+    # endpoint only with --http (sockets, selectors: a loop's start-up is timed)
     from cronctl.loop.cluster import ClusterMember
+    from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 
 WATCHDOG_PERIOD = 0.5
 IDLE_WATCH_PERIOD = 5.0  # the main thread's look for a silent tick thread without systemd or --file
@@ -608,12 +609,16 @@ class Scheduler:
                       "last_tick_age_s": round(age, 3)}
 
     def _livez(self) -> Reply:
+        from cronctl.loop.endpoint import Reply
+
         live, body = self.liveness()
         return Reply(200 if live else 503, (json.dumps(body) + "\n").encode())
 
     def _start_endpoint(self) -> None:
         if self.options.http is None:
             return
+        from cronctl.loop.endpoint import Endpoint
+
         routes: dict[str, Route] = {"/livez": self._livez}
         if self.hooks.http_routes is not None:
             routes.update(self.hooks.http_routes())
