@@ -212,7 +212,8 @@ class Engine:
         healer, so an idle tick parses nothing."""
         return self.due.doc
 
-    def sleep_hint(self) -> float:
+    def sleep_hint(self, longest: float = 1.0) -> float:
+        """Seconds until the engine has something to do, at most `longest`."""
         now = self.ctx.clock.now()
         wake: list[datetime] = []
         if not self._saturated:
@@ -225,8 +226,8 @@ class Engine:
         if quiet is not None:
             wake.append(quiet)
         if not wake:
-            return 1.0
-        return max(0.0, min(1.0, (min(wake) - now).total_seconds()))
+            return longest
+        return max(0.0, min(longest, (min(wake) - now).total_seconds()))
 
     # --- claiming ahead of the slot --------------------------------------------------
 

@@ -39,6 +39,7 @@ from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
 from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notifications
+from cronctl.loop.storewatch import StoreWatch
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.proc.kill import kill_run_processes
@@ -55,10 +56,16 @@ if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
     from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 
 WATCHDOG_PERIOD = 0.5
-IDLE_WATCH_PERIOD = 5.0  # the main thread's look for a silent tick thread without systemd or --file
+IDLE_WATCH_PERIOD = 10.0  # the main thread's look for a silent tick thread without systemd or --file
 # While a dropped job's run goes on, the watched file is applied again when a run ends, and at
 # least this often (a run of another process, force-run without the loop, ends unseen).
 PRUNE_RETRY_EVERY = 10.0
+# An idle loop on the JSON store (nothing running, claimed, owed or watched, nothing due
+# sooner) beats this often instead of every second: its wake-ups were nearly all of its
+# CPU. What others write to the store wakes it at once (loop/storewatch.py), requests to it
+# come with SIGUSR1, and the beat stays well inside HEARTBEAT_STALE_AFTER, so `status`
+# judges it as before.
+IDLE_BEAT = 3.0
 
 
 @dataclass
@@ -158,6 +165,7 @@ class Scheduler:
                                          options.file)
         self.clock_watch = ClockWatch(ctx.clock)  # wall-clock steps (SPEC §4, loop/clockstep.py)
         self.forgetter = LoopForgetter(ctx.clock, options.forget_after)  # on PostgreSQL (loop/forgetting.py)
+        self._store_watch: StoreWatch | None = None  # started the first time the loop is idle
 
     # --- life ----------------------------------------------------------------------
 
@@ -335,6 +343,8 @@ class Scheduler:
             self.wake.set()
             if gen.thread is not None:
                 gen.thread.join(timeout=10)
+        if self._store_watch is not None:
+            self._store_watch.stop()
         assert self.engine is not None
         with self.tick_lock:
             stopped = self.engine.shutdown()
@@ -475,7 +485,33 @@ class Scheduler:
                 self._heal()
             control.serve(self.ctx.paths, self.engine)
             report = self.engine.tick()
-        return report.sleep_hint
+            if report.sleep_hint < 1.0 or not self._may_idle():
+                return report.sleep_hint
+        return self.engine.sleep_hint(IDLE_BEAT)
+
+    def _may_idle(self) -> bool:
+        """Whether the tick thread may sleep longer than a second (IDLE_BEAT): only when
+        nothing but the store's own changes and the clock can give it work, and those
+        changes wake it (a store watch that runs)."""
+        engine, options = self.engine, self.options
+        assert engine is not None and isinstance(engine.due, DueIndex)
+        if options.once or options.file is not None or options.http is not None or options.metrics_file is not None:
+            return False
+        if self.service.watch_period is not None or options.stall_after <= 2 * IDLE_BEAT:
+            return False
+        if engine.active or engine.held or engine.due.watching:
+            return False
+        if self.notify_worker is not None and self.notify_worker.busy():
+            return False
+        return self._store_watched()
+
+    def _store_watched(self) -> bool:
+        if self._store_watch is None:  # not yet on the first idle tick: a write since its read is seen next tick
+            store = self.ctx.paths.store
+            self._store_watch = StoreWatch(store.parent, frozenset({store.name}), self.wake.set)
+            self._store_watch.start()
+            return False
+        return self._store_watch.alive
 
     def _cluster_tick(self, cluster: ClusterMember) -> float:
         """On PostgreSQL: one beat, then heal and serve only when it says so, then the engine's tick.
