@@ -219,15 +219,19 @@ class JobSpec:
         kwargs = dict(data)  # a C copy, then the few keys that are not fields dropped
         for key in kwargs.keys() - _SPEC_FIELDS:
             del kwargs[key]
-        for key in DURATION_FIELDS:
+        known = _STORED_DURATIONS
+        for key in DURATION_FIELDS:  # the remembered spelling inline; a call only for a new one
             value = kwargs.get(key)
             if value is not None:
-                kwargs[key] = _stored_duration(value, key)
+                seconds = known.get(value) if type(value) is str else None
+                kwargs[key] = seconds if seconds is not None else _stored_duration(value, key)
         if "at" in kwargs:
             kwargs["at"] = from_iso(kwargs["at"])
         for key, kind in _ENUM_FIELDS:
             if key in kwargs:
-                kwargs[key] = _stored_enum(kind, kwargs[key])
+                value = kwargs[key]
+                member = kind._value2member_map_.get(value) if type(value) is str else None
+                kwargs[key] = member if member is not None else _stored_enum(kind, value)
         for key in ("command", "on_failure", "after", "notify"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
