@@ -19,7 +19,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -89,6 +88,8 @@ class NotifyWorker:
         self._offered: dict[tuple[str, str], None] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self._results: list[Result] = []
+        from concurrent.futures import ThreadPoolExecutor  # here: `force-run` imports this module, never a pool
+
         self._pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="cronctl-notify")
         self._thread: threading.Thread | None = None
         self._last_poll = float("-inf")
