@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 # --- one job as data -----------------------------------------------------------
 
 
-def job_json(view: JobView, ctx: Context) -> dict[str, Any]:
-    """A job's --json document: its stored entry, its next fire instant and its health."""
-    health = job_health(view, ctx.clock.now(), owner_alive, lease_checker())
+def job_json(view: JobView, ctx: Context, now: datetime | None = None,
+             lease_ok: LeaseExpired | None = None) -> dict[str, Any]:
+    """A job's --json document: its stored entry, its next fire instant and its health.
+    `now` and `lease_ok`: one of each for every job of a list (10,000 of them)."""
+    health = job_health(view, now or ctx.clock.now(), owner_alive, lease_ok or lease_checker())
     data = entry_from(view.spec, view.state)
     next_fire = _next_fire(view)
     data["next_fire_at"] = to_iso(next_fire)
@@ -131,10 +133,10 @@ def edited(view: JobView, changed: list[str], ctx: Context, json_out: bool) -> N
 
 
 def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
-    if json_out:
-        render.print_json({"jobs": [job_json(view, ctx) for view in job_views]})
-        return
     now, lease_ok = ctx.clock.now(), lease_checker()
+    if json_out:
+        render.print_json({"jobs": [job_json(view, ctx, now, lease_ok) for view in job_views]})
+        return
     render.jobs_table((job_row(view, now, owner_alive, lease_ok) for view in job_views), now)
 
 
