@@ -94,3 +94,29 @@ def test_a_loop_with_a_claim_to_watch_does_not_idle(idle_loop: Scheduler) -> Non
         assert not idle_loop._may_idle()
         idle_loop.engine.due._next_late = None
         assert idle_loop._may_idle()
+
+
+def test_a_quiet_spell_ends_at_any_change(tmp_path: Path) -> None:
+    from cronctl.loop.idlebeat import FULL_TICK_EVERY, IdleBeats
+    from cronctl.store.jsonstore import StoreSignature
+
+    store = tmp_path / "jobs.json"
+    store.write_text("{}")
+    beats = IdleBeats(store)
+    assert not beats.beat_only(False, 0.0, False)  # no spell begun: tick
+    beats.begin(StoreSignature.of(os.stat(store)), 100.0, 3.0, 3.0)
+    assert beats.beat_only(False, 101.0, False) and beats.wait(101.0, 3.0) == 3.0
+    assert not beats.beat_only(True, 101.0, False)  # woken
+    assert not beats.beat_only(False, 101.0, True)  # the wall clock stepped
+    assert not beats.beat_only(False, 100.0 + FULL_TICK_EVERY, False)  # a full tick now and then
+    beats.begin(StoreSignature.of(os.stat(store)), 100.0, 2.0, 3.0)  # the engine acts in 2 s
+    assert beats.beat_only(False, 101.0, False) and beats.wait(101.0, 3.0) == 1.0
+    assert not beats.beat_only(False, 102.0, False)
+    beats.begin(StoreSignature.of(os.stat(store)), 100.0, 3.0, 3.0)
+    (tmp_path / "new").write_text('{"jobs": {}}')
+    os.replace(tmp_path / "new", store)  # another writer
+    assert not beats.beat_only(False, 101.0, False)
+    store.unlink()
+    assert not beats.beat_only(False, 101.0, False)
+    beats.end()
+    assert not beats.beat_only(False, 101.0, False)

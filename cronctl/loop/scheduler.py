@@ -36,6 +36,7 @@ from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engi
 from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
+from cronctl.loop.idlebeat import IdleBeats
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
 from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notifications
@@ -166,6 +167,7 @@ class Scheduler:
         self.clock_watch = ClockWatch(ctx.clock)  # wall-clock steps (SPEC §4, loop/clockstep.py)
         self.forgetter = LoopForgetter(ctx.clock, options.forget_after)  # on PostgreSQL (loop/forgetting.py)
         self._store_watch: StoreWatch | None = None  # started the first time the loop is idle
+        self.idle_beats = IdleBeats(ctx.paths.store)  # beats that need no tick (loop/idlebeat.py)
 
     # --- life ----------------------------------------------------------------------
 
@@ -442,13 +444,14 @@ class Scheduler:
 
     def _tick_loop(self, gen: Generation) -> None:
         # Also ends on a stop request, so the main thread, waiting on this thread, wakes at once.
+        woken = True  # the first beat ticks
         while not gen.stop.is_set() and not self.stop_event.is_set():
             hint = 1.0
             with self.tick_lock:
                 if gen.stop.is_set():
                     break
                 try:
-                    hint = self._tick()
+                    hint = self._beat_only() if self._quiet_beat(woken) else self._tick()
                 except Exception as exc:  # a tick error must never end the loop
                     self._report_tick_error(exc)
             gen.last_beat = self.ctx.clock.monotonic()
@@ -462,11 +465,20 @@ class Scheduler:
             if self.options.once and self._once_done():
                 self.request_stop()
                 return
-            self.wake.wait(hint)
+            woken = self.wake.wait(hint)
             self.wake.clear()
+
+    def _quiet_beat(self, woken: bool) -> bool:
+        """Whether this beat may skip the tick (loop/idlebeat.py: nothing can have changed)."""
+        return self.idle_beats.beat_only(woken, self.ctx.clock.monotonic(), self.clock_watch.stepped())
+
+    def _beat_only(self) -> float:
+        self.ticks += 1
+        return self.idle_beats.wait(self.ctx.clock.monotonic(), IDLE_BEAT)
 
     def _tick(self) -> float:
         assert self.engine is not None
+        self.idle_beats.end()
         self.ticks += 1
         self._watch_clock(self.engine)
         if self.options.once and self.ticks > 1:
@@ -487,7 +499,9 @@ class Scheduler:
             report = self.engine.tick()
             if report.sleep_hint < 1.0 or not self._may_idle():
                 return report.sleep_hint
-        return self.engine.sleep_hint(IDLE_BEAT)
+        wait = self.engine.sleep_hint(IDLE_BEAT)
+        self.idle_beats.begin(self.engine.due.signature, self.ctx.clock.monotonic(), wait, IDLE_BEAT)
+        return wait
 
     def _may_idle(self) -> bool:
         """Whether the tick thread may sleep longer than a second (IDLE_BEAT): only when
