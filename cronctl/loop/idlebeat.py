@@ -51,8 +51,12 @@ class IdleBeats:
         spell = self.spell
         if spell is None or woken or clock_stepped or mono >= spell.act_at or mono - spell.since >= FULL_TICK_EVERY:
             return False
+        return self.unchanged()
+
+    def unchanged(self) -> bool:
+        """Whether the store is still the one the spell's tick read (one stat)."""
         now = self._signature()
-        return now is not None and now == spell.signature
+        return self.spell is not None and now is not None and now == self.spell.signature
 
     def wait(self, mono: float, beat: float) -> float:
         """How long the tick thread sleeps after a beat that only beat."""

@@ -476,6 +476,12 @@ class Scheduler:
         self.ticks += 1
         return self.idle_beats.wait(self.ctx.clock.monotonic(), IDLE_BEAT)
 
+    def _store_changed(self) -> None:
+        """The store watch saw a write: it wakes the tick thread only while it sleeps idle; a
+        busy loop sees the store at its next tick, as it always did (its own writes among them)."""
+        if self.idle_beats.spell is not None:
+            self.wake.set()
+
     def _tick(self) -> float:
         assert self.engine is not None
         self.idle_beats.end()
@@ -501,7 +507,9 @@ class Scheduler:
                 return report.sleep_hint
         wait = self.engine.sleep_hint(IDLE_BEAT)
         self.idle_beats.begin(self.engine.due.signature, self.ctx.clock.monotonic(), wait, IDLE_BEAT)
-        return wait
+        # From now on a write wakes the thread (_store_changed); one that came before, since
+        # the tick's read, is seen by this stat.
+        return wait if self.idle_beats.unchanged() else 0.0
 
     def _may_idle(self) -> bool:
         """Whether the tick thread may sleep longer than a second (IDLE_BEAT): only when
@@ -522,7 +530,7 @@ class Scheduler:
     def _store_watched(self) -> bool:
         if self._store_watch is None:  # not yet on the first idle tick: a write since its read is seen next tick
             store = self.ctx.paths.store
-            self._store_watch = StoreWatch(store.parent, frozenset({store.name}), self.wake.set)
+            self._store_watch = StoreWatch(store.parent, frozenset({store.name}), self._store_changed)
             self._store_watch.start()
             return False
         return self._store_watch.alive
