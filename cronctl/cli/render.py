@@ -31,14 +31,9 @@ def print_json(data: Any) -> None:
     Only the compact form goes through the stdlib's C encoder (json.dumps with an indent is
     pure Python: 3x slower at 1,000 jobs), so the indented form is that text re-indented by
     msgspec, which copies every token as it is: the same bytes as json.dumps(indent=2)."""
-    from cronctl.cli.jsonout import plain_dumps
-
-    tty = sys.stdout.isatty()
-    text = plain_dumps(data, indent=2 if tty else 0)  # the same bytes, faster, when it can say so
-    if text is None:
-        text = json.dumps(data, sort_keys=True, default=str, ensure_ascii=False)
-        if tty:
-            text = _indented(text, data)
+    text = json.dumps(data, sort_keys=True, default=str, ensure_ascii=False)
+    if sys.stdout.isatty():
+        text = _indented(text, data)
     sys.stdout.write(text + "\n")
 
 
