@@ -127,8 +127,7 @@ def row(what: str, jobs: int, figure: float, floor: float, floor_name: str, targ
             f"≤ {target:,.0f} ms" + (f", ≤ {target_ratio:g}×" if target_ratio else ""), "yes" if met else "no"]
 
 
-def measure_commands(rounds: int, only: set[str]) -> tuple[list[list[Any]], dict[str, Any]]:
-    cronctl = cronctl_cmd()
+def measure_commands(rounds: int, only: set[str], cronctl: list[str]) -> tuple[list[list[Any]], dict[str, Any]]:
     homes: dict[int, dict[str, str]] = {}
     rows, data = [], {}
     for what, n, args, target, ratio in COMMANDS:
@@ -156,10 +155,9 @@ def cron_jobs_file(directory: Path, count: int) -> Path:
     return path
 
 
-def measure_apply(rounds: int, count: int = 10000) -> tuple[list[Any], dict[str, Any]]:
+def measure_apply(rounds: int, cronctl: list[str], count: int = 10000) -> tuple[list[Any], dict[str, Any]]:
     work = new_workdir("targets-apply")
     path = cron_jobs_file(work, count)
-    cronctl = cronctl_cmd()
     mine, base, mine_cpu, base_cpu = [], [], [], []
     for index in range(rounds):
         env = bench_env(work / f"home-{index}")
@@ -227,23 +225,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", default="", help="comma list: command names (list, status, resume, "
                         "force-run, next), apply, loop, idle")
     parser.add_argument("--results", type=Path, default=None)
+    parser.add_argument("--cronctl", type=Path, default=None,
+                        help="the console script to time the commands and apply of (e.g. another installation, "
+                             "to compare); the loop rows always run this checkout's")
     args = parser.parse_args(argv)
+    cronctl = [str(args.cronctl)] if args.cronctl else cronctl_cmd()
     only = {item for item in args.only.split(",") if item}
     from cli_latency import compile_bytecode
 
     compile_bytecode()
     rows, data = [], {}
     if not only or only - {"apply", "loop", "idle"}:
-        got_rows, data["commands"] = measure_commands(args.rounds, only)
+        got_rows, data["commands"] = measure_commands(args.rounds, only, cronctl)
         rows += got_rows
-    for name, measure in (("apply", lambda: measure_apply(max(3, args.rounds // 3))),
+    for name, measure in (("apply", lambda: measure_apply(max(3, args.rounds // 3), cronctl)),
                           ("loop", lambda: measure_ready(args.rounds)), ("idle", lambda: measure_idle(args.window))):
         if _wanted(name, only):
             print(f"targets: {name} ...", file=sys.stderr, flush=True)
             got, data[name] = measure()
             rows.append(got)
     command = f"python bench/targets.py --rounds {args.rounds} --window {args.window:g}" + (
-        f" --only {args.only}" if args.only else "")
+        f" --only {args.only}" if args.only else "") + (" --cronctl OTHER/bin/cronctl" if args.cronctl else "")
     text = table(f"Speed targets of issue 27 (medians of {args.rounds} rounds; ratio = figure / floor, same run)",
                  ["what", "jobs", "figure", "floor", "ratio", "CPU ms / floor's = ratio", "target", "met"], rows,
                  command=command)
