@@ -14,6 +14,7 @@ the thread fails, `alive` is False and the loop keeps its one-second tick.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
@@ -54,7 +55,8 @@ class StoreWatch:
     def stop(self) -> None:
         if self._fd is not None and self.alive:
             self.alive = False
-            os.write(self._stop_w, b"x")
+            with contextlib.suppress(OSError):  # the thread may be closing its descriptors already
+                os.write(self._stop_w, b"x")
 
     def _run(self) -> None:
         assert self._fd is not None
