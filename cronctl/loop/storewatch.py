@@ -40,6 +40,8 @@ class StoreWatch:
         self.alive = False
         self._fd: int | None = None
         self._stop_r, self._stop_w = -1, -1
+        self._lock = threading.Lock()
+        self._closed = False
 
     def start(self) -> bool:
         """Watch from now on; False (and nothing started) when inotify cannot be used here."""
@@ -53,10 +55,11 @@ class StoreWatch:
         return True
 
     def stop(self) -> None:
-        if self._fd is not None and self.alive:
-            self.alive = False
-            with contextlib.suppress(OSError):  # the thread may be closing its descriptors already
-                os.write(self._stop_w, b"x")
+        with self._lock:  # never a write into a descriptor the thread closed (its number reused)
+            if self._fd is not None and not self._closed:
+                self.alive = False
+                with contextlib.suppress(OSError):
+                    os.write(self._stop_w, b"x")
 
     def _run(self) -> None:
         assert self._fd is not None
@@ -72,8 +75,10 @@ class StoreWatch:
         finally:
             self.alive = False
             self.wake()  # whoever sleeps on this watch looks again now
-            for fd in (self._fd, self._stop_r, self._stop_w):
-                os.close(fd)
+            with self._lock:
+                self._closed = True
+                for fd in (self._fd, self._stop_r, self._stop_w):
+                    os.close(fd)
 
     def _changed(self, data: bytes) -> bool:
         at, changed = 0, False
