@@ -456,6 +456,7 @@ class Scheduler:
                     self._report_tick_error(exc)
             gen.last_beat = self.ctx.clock.monotonic()
             gen.stall_reported = False
+            self.heartbeat.period = max(1.0, hint)  # declared in the tick record: when to expect the next
             try:
                 self._write_heartbeat(stopped_cleanly=False, tick=True)
                 if self.hooks.after_tick is not None:
