@@ -27,9 +27,10 @@ import idle  # noqa: E402
 import lateness  # noqa: E402
 import scale  # noqa: E402
 import store_speed  # noqa: E402
+import targets  # noqa: E402
 from _common import machine_note  # noqa: E402
 
-ORDER = ("scale", "store", "idle", "lateness", "cli", "heal")
+ORDER = ("scale", "store", "idle", "lateness", "cli", "heal", "targets")
 
 
 def main() -> None:
@@ -66,9 +67,11 @@ def main() -> None:
             cli_latency.main(common)
         elif name == "heal":
             heal_times.main(common)
+        elif name == "targets":  # issue 27's rows, each with its floor and ratio
+            targets.main([*(["--rounds", "5", "--window", "20"] if args.quick else []), "--results", str(results)])
         sections.append(name)
     files = {"scale": "scale.md", "store": "store_speed.md", "idle": "idle.md", "lateness": "lateness.md",
-             "cli": "cli_latency.md", "heal": "heal_times.md"}
+             "cli": "cli_latency.md", "heal": "heal_times.md", "targets": "targets.md"}
     body = [f"# cronctl benchmarks, {stamp}", "", f"- {machine_note()}",
             f"- `python bench/run.py{' --quick' if args.quick else ''}` took {time.monotonic() - started:.0f} s", ""]
     for name in sections:

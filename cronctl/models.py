@@ -179,30 +179,39 @@ class JobSpec:
         return (self.cron, self.every, self.at, self.timezone, self.jitter)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        values = self.__dict__  # every field is there; read once per spec, not per field
-        keep_chain = bool(values["after"])
-        for name, kind in _TO_DICT_PLAN:  # per job written or shown: 10,000 at once for apply
-            value = values[name]
-            if kind == "chain" and not keep_chain:
-                continue  # a job outside any chain keeps the store bytes it always had
-            if kind == "operator" and not value:
-                continue  # unset operator fields (SPEC §13) are not written either
-            if kind == "alert" and value == _SPEC_DEFAULTS[name]:
-                continue  # likewise a job without alerting fields
-            if value is None:
-                pass
-            elif kind == "duration":
-                value = format_duration(value)
-            elif kind == "at":
-                value = to_iso(value)
-            elif isinstance(value, Enum):
-                value = value.value
+        """The stored entry's fields, in field order (`show` lists them so).
+
+        Per job written or shown: 10,000 at once for `apply` and `list --json`. So the
+        fields are copied in one comprehension and only those that can need it are
+        converted or left out, rather than every field going through every test
+        (tests/test_models_speed.py compares it with the field-by-field way)."""
+        values = self.__dict__  # every field is there, in field order unless set some other way
+        out = dict(values) if tuple(values) == _SPEC_FIELD_ORDER else {name: values[name] for name in _SPEC_FIELD_ORDER}
+        for name in DURATION_FIELDS:
+            value = out[name]
+            if value is not None:
+                out[name] = _duration_text(value)
+        if out["at"] is not None:
+            out["at"] = to_iso(out["at"])
+        for name in _CONVERTED_FIELDS:  # inline: a call per field was half of this method
+            value = out[name]
+            if value is None or type(value) is str:
+                continue
+            if isinstance(value, Enum):
+                out[name] = value._value_  # what .value returns, without the descriptor
             elif isinstance(value, tuple):
-                value = [dict(item) if isinstance(item, dict) else item for item in value]
+                out[name] = [dict(item) if isinstance(item, dict) else item for item in value]
             elif isinstance(value, dict):
-                value = dict(value)
-            out[name] = value
+                out[name] = dict(value)
+        if not values["after"]:  # a job outside any chain keeps the store bytes it always had
+            for name in CHAIN_FIELDS:
+                del out[name]
+        for name in OPERATOR_FIELDS:  # unset operator fields (SPEC §13) are not written either
+            if not values[name]:
+                del out[name]
+        for name in ALERT_FIELDS:  # likewise a job without alerting fields
+            if values[name] == _SPEC_DEFAULTS[name]:
+                del out[name]
         return out
 
     @classmethod
@@ -211,15 +220,19 @@ class JobSpec:
         kwargs = dict(data)  # a C copy, then the few keys that are not fields dropped
         for key in kwargs.keys() - _SPEC_FIELDS:
             del kwargs[key]
-        for key in DURATION_FIELDS:
+        known = _STORED_DURATIONS
+        for key in DURATION_FIELDS:  # the remembered spelling inline; a call only for a new one
             value = kwargs.get(key)
             if value is not None:
-                kwargs[key] = _stored_duration(value, key)
+                seconds = known.get(value) if type(value) is str else None
+                kwargs[key] = seconds if seconds is not None else _stored_duration(value, key)
         if "at" in kwargs:
             kwargs["at"] = from_iso(kwargs["at"])
         for key, kind in _ENUM_FIELDS:
             if key in kwargs:
-                kwargs[key] = _stored_enum(kind, kwargs[key])
+                value = kwargs[key]
+                member = kind._value2member_map_.get(value) if type(value) is str else None
+                kwargs[key] = member if member is not None else _stored_enum(kind, value)
         for key in ("command", "on_failure", "after", "notify"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
@@ -229,7 +242,11 @@ class JobSpec:
         # dataclass's __init__ sets its 23 fields one object.__setattr__ at a time, two
         # thirds of this method. The values are the same; only the way they are set differs
         # (tests/test_models_speed.py compares both ways).
-        values = {**_SPEC_DEFAULTS, **{name: make() for name, make in _SPEC_FACTORIES}, **kwargs}
+        # In field order, as __init__ sets them: to_dict then copies the dict whole.
+        values = {**_SPEC_TEMPLATE, **kwargs}
+        for name, make in _SPEC_FACTORIES:
+            if name not in kwargs:
+                values[name] = make()
         spec: JobSpec = object.__new__(JobSpec)
         spec.__dict__.update(values)
         return spec
@@ -251,6 +268,19 @@ def _stored_duration(value: Any, key: str) -> float:
     return parse_duration(value, field=key)
 
 
+_DURATION_TEXTS: dict[float, str] = {}
+
+
+def _duration_text(seconds: float) -> str:
+    """format_duration, once per distinct value per process (a store holds few)."""
+    text = _DURATION_TEXTS.get(seconds)
+    if text is None:
+        text = format_duration(seconds)  # raises on NaN and infinities: never stored
+        if len(_DURATION_TEXTS) < 4096:
+            _DURATION_TEXTS[seconds] = text
+    return text
+
+
 def _stored_enum(kind: type[Enum], value: Any) -> Any:
     member = kind._value2member_map_.get(value) if isinstance(value, str) else None
     return member if member is not None else kind(value)  # kind(value) raises on a bad one
@@ -266,17 +296,20 @@ ALERT_FIELDS = ("alert_after", "notify")
 _ENUM_FIELDS: tuple[tuple[str, type[Enum]], ...] = (("overlap", Overlap), ("catchup", Catchup),
                                                      ("requires", Requires))
 _SPEC_FIELD_ORDER = tuple(f.name for f in fields(JobSpec))
-# How to_dict writes each field: a duration's spelling, an instant, a chain field (left out
-# of a job outside any chain), or as it is (enums by value, tuples as lists, dicts copied).
-_TO_DICT_PLAN = tuple((name, "duration" if name in DURATION_FIELDS else "at" if name == "at"
-                       else "chain" if name in CHAIN_FIELDS else "operator" if name in OPERATOR_FIELDS
-                       else "alert" if name in ALERT_FIELDS
-                       else "plain") for name in _SPEC_FIELD_ORDER)
 _SPEC_FIELDS = frozenset(_SPEC_FIELD_ORDER)
+# The fields whose type can hold an enum, a tuple or a dict: to_dict converts these (the
+# others hold str, int, bool or None, or are durations and `at`, converted on their own).
+_CONVERTED_FIELDS = tuple(f.name for f in fields(JobSpec) if f.name not in DURATION_FIELDS and f.name != "at"
+                          and any(word in str(f.type) for word in ("tuple", "dict", "Overlap", "Catchup",
+                                                                   "Requires", "Any")))
+
 _SPEC_REQUIRED = frozenset(f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
 # The defaults of the fields that have one; a factory (env's) is called per spec.
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.default is not MISSING}
 _SPEC_FACTORIES = tuple((f.name, f.default_factory) for f in fields(JobSpec) if f.default_factory is not MISSING)
+# Every field in field order, with its default (None for the required ones and those with
+# a factory: from_dict always sets both kinds).
+_SPEC_TEMPLATE = {f.name: _SPEC_DEFAULTS.get(f.name) for f in fields(JobSpec)}
 
 
 def command_text(command: str | tuple[str, ...] | None) -> str:

@@ -20,6 +20,10 @@ ENTRIES: list[dict[str, Any]] = [
     {"name": "c", "command": "x", "at": "2026-12-24T09:00:00.000+00:00", "cwd": "/tmp"},
     {"name": "d", "command": "x", "after": ["a", "b"], "requires": "done"},
     {"name": "e", "command": "x", "cron": "0 3 * * *", "unknown_key": 1},
+    {"name": "f", "command": "x", "every": "90s", "user": "nobody", "env_file": "/etc/f.env",
+     "limits": {"nofile": 1024}, "keep_runs": 5, "keep_log": 4096, "alert_after": 3,
+     "notify": [{"url": "https://example.invalid/h", "on": ["failure"]}], "timeout": "1d1s500ms"},
+    {"name": "g", "command": "x", "after": ["f"], "notify": [], "alert_after": 1, "limits": {}, "user": None},
 ]
 
 

@@ -79,6 +79,8 @@ def test_exception_in_a_tick_never_ends_the_loop(loop: Scheduler) -> None:
         return real_tick()
 
     loop._tick = failing_tick  # type: ignore[method-assign]
+    loop._quiet_beat = lambda woken: False  # type: ignore[method-assign]  # every beat ticks (loop/idlebeat.py)
+    loop.wake.set()
     gen = loop.generation
     wait_until(lambda: calls["n"] > 5, 20)
     assert loop.generation is gen, "an ordinary exception is survived, not restarted"

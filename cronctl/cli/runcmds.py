@@ -24,13 +24,14 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
         forget_after: str = "15m", http_token: str | Path | None = None) -> int:
     """The foreground loop; its exit code."""
     from cronctl.durations import parse_duration
-    from cronctl.loop.endpoint import parse_listen
     from cronctl.loop.scheduler import LoopOptions
     from cronctl.ops.runs import run_loop
-    from cronctl.ops.webactions import read_token
 
     if http_token and not http:
         raise UsageError("--http-token needs --http ADDR:PORT (the token guards the dashboard's actions)")
+    if http:  # the endpoint and the dashboard only with --http: a loop's start-up is timed
+        from cronctl.loop.endpoint import parse_listen
+        from cronctl.ops.webactions import read_token
     options = LoopOptions(file=Path(file).absolute() if file else None, once=once, standby=standby,
                           max_parallel=max_parallel,
                           takeover_after=parse_duration(takeover_after, field="--takeover-after"),
@@ -46,9 +47,11 @@ def run(file: str | Path | None = None, once: bool = False, standby: bool = Fals
         store_rows = getattr(ctx.leases, "listeners", None)
         if isinstance(store_rows, list):
             store_rows.append(_echo_decision)
-    from cronctl.ops.webpage import dashboard_hooks
+    dashboard = None
+    if options.http:
+        from cronctl.ops.webpage import dashboard_hooks
 
-    dashboard = dashboard_hooks(ctx, options.http_token) if options.http else None
+        dashboard = dashboard_hooks(ctx, options.http_token)
     if not echo_output:
         return run_loop(ctx, options, dashboard=dashboard)
     from cronctl.proc.echo import EchoSink

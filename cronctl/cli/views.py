@@ -7,7 +7,7 @@ modules), so `cronctl --help` and the commands that print no job do not load it.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 # --- one job as data -----------------------------------------------------------
 
 
-def job_json(view: JobView, ctx: Context) -> dict[str, Any]:
-    """A job's --json document: its stored entry, its next fire instant and its health."""
-    health = job_health(view, ctx.clock.now(), owner_alive, lease_checker())
+def job_json(view: JobView, ctx: Context, now: datetime | None = None,
+             lease_ok: LeaseExpired | None = None) -> dict[str, Any]:
+    """A job's --json document: its stored entry, its next fire instant and its health.
+    `now` and `lease_ok`: one of each for every job of a list (10,000 of them)."""
+    health = job_health(view, now or ctx.clock.now(), owner_alive, lease_ok or lease_checker())
     data = entry_from(view.spec, view.state)
     next_fire = _next_fire(view)
     data["next_fire_at"] = to_iso(next_fire)
@@ -131,10 +133,10 @@ def edited(view: JobView, changed: list[str], ctx: Context, json_out: bool) -> N
 
 
 def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
-    if json_out:
-        render.print_json({"jobs": [job_json(view, ctx) for view in job_views]})
-        return
     now, lease_ok = ctx.clock.now(), lease_checker()
+    if json_out:
+        render.print_json({"jobs": [job_json(view, ctx, now, lease_ok) for view in job_views]})
+        return
     render.jobs_table((job_row(view, now, owner_alive, lease_ok) for view in job_views), now)
 
 
@@ -161,8 +163,11 @@ def next_fires(results: list[NextFires], json_out: bool) -> None:
 
 
 def _local_and_utc(result: NextFires) -> list[tuple[datetime, datetime]]:
-    zone = ZoneInfo(result.view.spec.timezone)
-    fires = [fire_at(result.view.spec, slot) for slot in result.instants]
+    spec = result.view.spec
+    fires = [fire_at(spec, slot) for slot in result.instants] if spec.jitter > 0 else result.instants
+    zone = ZoneInfo(spec.timezone)
+    if spec.timezone == "UTC":  # a slot in UTC already reads the same in the zone UTC: not converted
+        return [(fire if fire.tzinfo is timezone.utc else fire.astimezone(zone), fire) for fire in fires]
     return [(fire.astimezone(zone), fire) for fire in fires]
 
 

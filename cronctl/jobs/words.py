@@ -24,7 +24,7 @@ def describe(spec: JobSpec) -> str:
         verb = ("finish" if spec.requires == "done" else "succeed") + ("s" if len(spec.after) == 1 else "")
         return f"After {' and '.join(spec.after)} {verb}, in the same chain"
     if spec.every is not None:
-        return f"Every {format_duration(spec.every)}"
+        return _every_words(spec.every)
     if spec.at is not None:
         from zoneinfo import ZoneInfo
 
@@ -32,6 +32,12 @@ def describe(spec: JobSpec) -> str:
         return f"Once, at {local.strftime('%Y-%m-%d %H:%M')} {spec.timezone}"
     assert spec.cron is not None
     return describe_expression(spec.cron)
+
+
+@lru_cache(maxsize=4096)
+def _every_words(seconds: float) -> str:
+    """Once per interval: `list` and `next` word every job (10,000 at once), few intervals."""
+    return f"Every {format_duration(seconds)}"
 
 
 @lru_cache(maxsize=4096)

@@ -51,6 +51,10 @@ class ClockWatch:
         wall, mono = self._clock.now(), self._clock.monotonic()
         return wall, mono, wall.timestamp() - mono
 
+    def stepped(self) -> bool:
+        """Whether `check` would find a step now (without taking it: the next tick records it)."""
+        return abs(self._read()[2] - self._offset) > self._threshold
+
     def check(self) -> ClockStep | None:
         """The step since the last check, if one over the threshold happened."""
         wall, _mono, offset = self._read()

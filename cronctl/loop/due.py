@@ -107,6 +107,18 @@ class DueIndex:
         return self._doc
 
     @property
+    def signature(self) -> StoreSignature | None:
+        """Of the store as last read (None: to be read again)."""
+        signature: StoreSignature | None = self._signature
+        return signature
+
+    @property
+    def watching(self) -> bool:
+        """Whether the last read kept any job in memory (a claim, a failed run, something owed)
+        or may see one go late: then the loop ticks every second (see Scheduler._idle_hint)."""
+        return bool(self._doc is None or self._doc["jobs"] or self._next_late is not None)
+
+    @property
     def job_count(self) -> int:
         return self._job_count
 

@@ -31,17 +31,28 @@ from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import on_failure_request
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger
 from cronctl.proc.childsetup import child_setup_of
+from cronctl.proc.identity import identify
 from cronctl.proc.liveness import owner_alive
 from cronctl.proc.run import RunResult
 from cronctl.proc.spawn import BlockedConfig, RunRequest, SpawnError
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store import claims as claims_mod
+from cronctl.store import outbox
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
 from cronctl.store.outbox import PENDING, OwedHook
 from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
+
+
+def _own_start_time() -> float:
+    found = identify(os.getpid())
+    assert found is not None  # this very process is alive
+    return found.start_time
+
+
+outbox.use_start_time_reader(_own_start_time)  # an engine's process writes the outbox: without psutil
 # Test seam: CRONCTL_FAULT_LOOP_CRASH=after_claim SIGKILLs the loop right after a claim is written;
 # =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched;
 # =after_finish right after a run's end (and its chain's triggers) is written, before the next claim.
@@ -202,7 +213,8 @@ class Engine:
         healer, so an idle tick parses nothing."""
         return self.due.doc
 
-    def sleep_hint(self) -> float:
+    def sleep_hint(self, longest: float = 1.0) -> float:
+        """Seconds until the engine has something to do, at most `longest`."""
         now = self.ctx.clock.now()
         wake: list[datetime] = []
         if not self._saturated:
@@ -215,8 +227,8 @@ class Engine:
         if quiet is not None:
             wake.append(quiet)
         if not wake:
-            return 1.0
-        return max(0.0, min(1.0, (min(wake) - now).total_seconds()))
+            return longest
+        return max(0.0, min(longest, (min(wake) - now).total_seconds()))
 
     # --- claiming ahead of the slot --------------------------------------------------
 

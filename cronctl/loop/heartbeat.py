@@ -92,6 +92,9 @@ class HeartbeatWriter:
     _said_at: float = field(default=float("-inf"), init=False)
     _problem: str | None = field(default=None, init=False)
     _tick_fd: int | None = field(default=None, init=False)  # kept open: a tick costs one pwrite
+    # Seconds until the next beat, as the tick record declares it ("beat"): a second, or an idle
+    # loop's longer beat; a standby allows it before it takes the silence for a hang.
+    period: float = 1.0
 
     def prepare(self) -> None:
         """Create the tick record at its full size; raises OSError when the home is not writable."""
@@ -146,7 +149,7 @@ class HeartbeatWriter:
         record = _encode_record({
             "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
             "boot_id": self.boot, "mono": self.clock.monotonic(), "at": to_iso(self.clock.now()),
-            "ticks": ticks, "active_runs": active_runs,
+            "ticks": ticks, "active_runs": active_runs, "beat": self.period,
             "error": None if error is None else error[:_TICK_ERROR_MAX],
         }).encode()
         data = record.ljust(TICK_RECORD_SIZE - 1) + b"\n"
@@ -177,7 +180,7 @@ def with_tick(hb: dict[str, Any], tick: dict[str, Any] | None) -> dict[str, Any]
     """scheduler.json `hb` brought up to its loop's last tick, when the tick record is newer."""
     if tick is None or float(tick.get("mono") or 0.0) <= float(hb.get("last_tick_mono") or 0.0):
         return hb
-    return {**hb, "last_tick_at": tick.get("at"), "last_tick_mono": tick.get("mono"),
+    return {**hb, "last_tick_at": tick.get("at"), "last_tick_mono": tick.get("mono"), "beat": tick.get("beat"),
             "ticks": tick.get("ticks", hb.get("ticks")), "active_runs": tick.get("active_runs", hb.get("active_runs"))}
 
 

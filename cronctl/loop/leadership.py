@@ -112,7 +112,11 @@ class Leadership:
         hb = read_heartbeat(self.ctx.paths)
         if not hb or hb.get("boot_id") != self.boot or hb.get("stopped_cleanly"):
             return False
-        return self.ctx.clock.monotonic() - float(hb.get("last_tick_mono") or 0.0) > self.takeover_after
+        # Silent for takeover_after past the beat the leader declared (an idle leader beats every
+        # few seconds: loop/scheduler.py IDLE_BEAT), not merely since its last beat.
+        beat = hb.get("beat")
+        late = float(beat) if isinstance(beat, (int, float)) and 0 <= beat <= 60 else 0.0
+        return self.ctx.clock.monotonic() - float(hb.get("last_tick_mono") or 0.0) > self.takeover_after + late
 
     def _kill_wedged_leader(self) -> None:
         hb = read_json(self.ctx.paths.heartbeat) or {}

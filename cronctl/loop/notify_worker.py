@@ -19,7 +19,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -89,6 +88,8 @@ class NotifyWorker:
         self._offered: dict[tuple[str, str], None] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self._results: list[Result] = []
+        from concurrent.futures import ThreadPoolExecutor  # here: `force-run` imports this module, never a pool
+
         self._pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="cronctl-notify")
         self._thread: threading.Thread | None = None
         self._last_poll = float("-inf")
@@ -126,6 +127,10 @@ class NotifyWorker:
         with self._lock:
             return bool(self._offered or self._in_flight or self._results)
 
+    def busy(self) -> bool:
+        """Something offered, out or unsettled (then the loop keeps its one-second tick)."""
+        return self._busy()
+
     def offer(self, items: list[Item]) -> None:
         """From the tick thread: these are owed and due (duplicates and tries in flight are ignored)."""
         with self._lock:
@@ -140,7 +145,7 @@ class NotifyWorker:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(1.0)
+            self._wake.wait(self._wait_for())
             self._wake.clear()
             try:
                 self._settle()
@@ -148,6 +153,14 @@ class NotifyWorker:
                 self._dispatch()
             except Exception as exc:  # the store out of reach: everything stays owed, tried again
                 self._complain(exc)
+
+    def _wait_for(self) -> float | None:
+        """Woken by an offer, a try's end and stop; on its own every second only while it
+        polls (PostgreSQL) or has something to settle, send or retry: an idle JSON loop's
+        worker sleeps (its wake-ups were a fifth of that loop's CPU)."""
+        if self.poll is not None or self.health is not None or self._busy():
+            return 1.0
+        return None
 
     def _poll_if_due(self) -> None:
         """On PostgreSQL: what is owed, and the health pass, asked of the database from here

@@ -32,14 +32,15 @@ from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
-from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
+from cronctl.loop.idlebeat import IdleBeats
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
 from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notifications
+from cronctl.loop.storewatch import StoreWatch
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.proc.kill import kill_run_processes
@@ -50,14 +51,22 @@ from cronctl.store.locks import SchedulerLock, lock_holder
 from cronctl.store.statefiles import read_json
 from cronctl.timefmt import to_iso
 
-if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
+if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it, the HTTP
+    # endpoint only with --http (sockets, selectors: a loop's start-up is timed)
     from cronctl.loop.cluster import ClusterMember
+    from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 
 WATCHDOG_PERIOD = 0.5
-IDLE_WATCH_PERIOD = 5.0  # the main thread's look for a silent tick thread without systemd or --file
+IDLE_WATCH_PERIOD = 10.0  # the main thread's look for a silent tick thread without systemd or --file
 # While a dropped job's run goes on, the watched file is applied again when a run ends, and at
 # least this often (a run of another process, force-run without the loop, ends unseen).
 PRUNE_RETRY_EVERY = 10.0
+# An idle loop on the JSON store (nothing running, claimed, owed or watched, nothing due
+# sooner) beats this often instead of every second: its wake-ups were nearly all of its
+# CPU. What others write to the store wakes it at once (loop/storewatch.py), requests to it
+# come with SIGUSR1, and the beat stays well inside HEARTBEAT_STALE_AFTER, so `status`
+# judges it as before.
+IDLE_BEAT = 3.0
 
 
 @dataclass
@@ -157,6 +166,8 @@ class Scheduler:
                                          options.file)
         self.clock_watch = ClockWatch(ctx.clock)  # wall-clock steps (SPEC §4, loop/clockstep.py)
         self.forgetter = LoopForgetter(ctx.clock, options.forget_after)  # on PostgreSQL (loop/forgetting.py)
+        self._store_watch: StoreWatch | None = None  # started the first time the loop is idle
+        self.idle_beats = IdleBeats(ctx.paths.store)  # beats that need no tick (loop/idlebeat.py)
 
     # --- life ----------------------------------------------------------------------
 
@@ -334,6 +345,8 @@ class Scheduler:
             self.wake.set()
             if gen.thread is not None:
                 gen.thread.join(timeout=10)
+        if self._store_watch is not None:
+            self._store_watch.stop()
         assert self.engine is not None
         with self.tick_lock:
             stopped = self.engine.shutdown()
@@ -431,17 +444,19 @@ class Scheduler:
 
     def _tick_loop(self, gen: Generation) -> None:
         # Also ends on a stop request, so the main thread, waiting on this thread, wakes at once.
+        woken = True  # the first beat ticks
         while not gen.stop.is_set() and not self.stop_event.is_set():
             hint = 1.0
             with self.tick_lock:
                 if gen.stop.is_set():
                     break
                 try:
-                    hint = self._tick()
+                    hint = self._beat_only() if self._quiet_beat(woken) else self._tick()
                 except Exception as exc:  # a tick error must never end the loop
                     self._report_tick_error(exc)
             gen.last_beat = self.ctx.clock.monotonic()
             gen.stall_reported = False
+            self.heartbeat.period = max(1.0, hint)  # declared in the tick record: when to expect the next
             try:
                 self._write_heartbeat(stopped_cleanly=False, tick=True)
                 if self.hooks.after_tick is not None:
@@ -451,11 +466,26 @@ class Scheduler:
             if self.options.once and self._once_done():
                 self.request_stop()
                 return
-            self.wake.wait(hint)
+            woken = self.wake.wait(hint)
             self.wake.clear()
+
+    def _quiet_beat(self, woken: bool) -> bool:
+        """Whether this beat may skip the tick (loop/idlebeat.py: nothing can have changed)."""
+        return self.idle_beats.beat_only(woken, self.ctx.clock.monotonic(), self.clock_watch.stepped())
+
+    def _beat_only(self) -> float:
+        self.ticks += 1
+        return self.idle_beats.wait(self.ctx.clock.monotonic(), IDLE_BEAT)
+
+    def _store_changed(self) -> None:
+        """The store watch saw a write: it wakes the tick thread only while it sleeps idle; a
+        busy loop sees the store at its next tick, as it always did (its own writes among them)."""
+        if self.idle_beats.spell is not None:
+            self.wake.set()
 
     def _tick(self) -> float:
         assert self.engine is not None
+        self.idle_beats.end()
         self.ticks += 1
         self._watch_clock(self.engine)
         if self.options.once and self.ticks > 1:
@@ -474,7 +504,37 @@ class Scheduler:
                 self._heal()
             control.serve(self.ctx.paths, self.engine)
             report = self.engine.tick()
-        return report.sleep_hint
+            if report.sleep_hint < 1.0 or not self._may_idle():
+                return report.sleep_hint
+        wait = self.engine.sleep_hint(IDLE_BEAT)
+        self.idle_beats.begin(self.engine.due.signature, self.ctx.clock.monotonic(), wait, IDLE_BEAT)
+        # From now on a write wakes the thread (_store_changed); one that came before, since
+        # the tick's read, is seen by this stat.
+        return wait if self.idle_beats.unchanged() else 0.0
+
+    def _may_idle(self) -> bool:
+        """Whether the tick thread may sleep longer than a second (IDLE_BEAT): only when
+        nothing but the store's own changes and the clock can give it work, and those
+        changes wake it (a store watch that runs)."""
+        engine, options = self.engine, self.options
+        assert engine is not None and isinstance(engine.due, DueIndex)
+        if options.once or options.file is not None or options.http is not None or options.metrics_file is not None:
+            return False
+        if self.service.watch_period is not None or options.stall_after <= 2 * IDLE_BEAT:
+            return False
+        if engine.active or engine.held or engine.due.watching:
+            return False
+        if self.notify_worker is not None and self.notify_worker.busy():
+            return False
+        return self._store_watched()
+
+    def _store_watched(self) -> bool:
+        if self._store_watch is None:  # not yet on the first idle tick: a write since its read is seen next tick
+            store = self.ctx.paths.store
+            self._store_watch = StoreWatch(store.parent, frozenset({store.name}), self._store_changed)
+            self._store_watch.start()
+            return False
+        return self._store_watch.alive
 
     def _cluster_tick(self, cluster: ClusterMember) -> float:
         """On PostgreSQL: one beat, then heal and serve only when it says so, then the engine's tick.
@@ -609,12 +669,16 @@ class Scheduler:
                       "last_tick_age_s": round(age, 3)}
 
     def _livez(self) -> Reply:
+        from cronctl.loop.endpoint import Reply
+
         live, body = self.liveness()
         return Reply(200 if live else 503, (json.dumps(body) + "\n").encode())
 
     def _start_endpoint(self) -> None:
         if self.options.http is None:
             return
+        from cronctl.loop.endpoint import Endpoint
+
         routes: dict[str, Route] = {"/livez": self._livez}
         if self.hooks.http_routes is not None:
             routes.update(self.hooks.http_routes())

@@ -13,7 +13,7 @@ from cronctl.jobs.jobfile import build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
 from cronctl.ops import chain_rules
-from cronctl.schedule.slots import fire_at, first_slot, slot_after
+from cronctl.schedule.slots import fire_at, first_slot, slots_from
 from cronctl.store.definitions import DefinitionsEdit, already_exists
 from cronctl.timefmt import from_iso, to_iso
 
@@ -350,11 +350,15 @@ def _audit_rows(plan: ApplyPlan, schedules: dict[str, str]) -> list[tuple[str, d
 
 
 def list_jobs(ctx: Context) -> list[JobView]:
-    return ctx.leases.jobs()
+    from cronctl.ops.jobreads import job_views  # a read: the lease machinery stays unloaded
+
+    return job_views(ctx)
 
 
 def show_job(ctx: Context, name: str) -> JobView:
-    return ctx.leases.job(name)
+    from cronctl.ops.jobreads import job_view
+
+    return job_view(ctx, name)
 
 
 @dataclass(frozen=True)
@@ -397,10 +401,11 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
         first = view.next_run_at if use_state and view.next_run_at else None
         if first is None:
             first = _first_after(spec, origin)
-        slot = first
-        while slot is not None and len(out) < count:
-            out.append(slot)
-            slot = slot_after(spec, slot, slot)
+        if first is not None and count > 0:
+            for slot in slots_from(spec, first):
+                out.append(slot)
+                if len(out) >= count:
+                    break
     except (OverflowError, ScheduleError):
         pass  # past the last instant a datetime can hold (year 9999): no further slots
     return out

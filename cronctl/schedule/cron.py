@@ -33,7 +33,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronctl.errors import ScheduleError
@@ -113,10 +113,27 @@ class CronExpr:
 # ---------------------------------------------------------------- parsing
 
 
+# Expressions already parsed, by their spelling: `apply -f` checks each job's expression,
+# then computes its first slot from it again; 10,000 jobs share a few dozen spellings. A
+# CronExpr is immutable and the parse a pure function of the text (a bad one raises every
+# time: never stored). Bounded, so a long-running loop cannot grow it without end.
+_PARSED: dict[str, CronExpr] = {}
+_PARSED_MAX = 4096
+
+
 def parse_cron(expr: str) -> CronExpr:
     """Parse a 5-field expression or macro; ScheduleError names the bad field."""
     if not isinstance(expr, str):
         raise ScheduleError(f"cron {expr!r}: expected a string like '0 3 * * *'")
+    parsed = _PARSED.get(expr)
+    if parsed is None:
+        parsed = _parse(expr)
+        if len(_PARSED) < _PARSED_MAX:
+            _PARSED[expr] = parsed
+    return parsed
+
+
+def _parse(expr: str) -> CronExpr:
     text = " ".join(expr.split()).lower()
     fields = _expand_macro(expr, text)
     values = [_parse_field(expr, rule, raw) for rule, raw in zip(_FIELDS, fields, strict=True)]
@@ -534,7 +551,19 @@ def _repeats_behind(
 
 def cron_next(expr: CronExpr, tz: str, after: datetime) -> datetime:
     """The first slot strictly after `after`, as aware UTC."""
-    return _aware(next(_slots_after(expr, check_timezone(tz), after)))
+    # `apply -f` asks this of every new job at one instant: 10,000 jobs, a few dozen
+    # expressions. A pure function of its arguments; what raises is never stored.
+    key = (expr.text, tz, after, after.tzinfo)
+    found = _NEXT_FOUND.get(key)
+    if found is None:
+        found = _aware(next(_slots_after(expr, check_timezone(tz), after)))
+        if len(_NEXT_FOUND) >= _PARSED_MAX:
+            _NEXT_FOUND.clear()  # bounded: a loop asks at ever new instants
+        _NEXT_FOUND[key] = found
+    return found
+
+
+_NEXT_FOUND: dict[tuple[str, str, datetime, tzinfo | None], datetime] = {}
 
 
 def cron_prev(expr: CronExpr, tz: str, before: datetime) -> datetime:
