@@ -10,6 +10,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# No terminal size from outside: tests that want one set COLUMNS themselves (monkeypatch).
+# pytest imports readline at start-up (_pytest/capture.py, _readline_workaround), and GNU
+# readline exports COLUMNS=80 and LINES=24 into the process's C environment. os.environ
+# does not show them, but every child started with the inherited environment gets them:
+# pytest-xdist's workers do, so in a worker `cronctl list` and `status` fitted their
+# tables to 80 columns and the tests expecting whole piped rows failed (only under -n).
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+    os.unsetenv(_name)
+
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
