@@ -3,10 +3,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.receivers import Receiver
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,6 +74,14 @@ def subprocess_env(home: Path) -> dict[str, str]:
     env["CRONCTL_HOME"] = str(home)
     env["NO_COLOR"] = "1"
     return env
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local HTTP receiver answering 200 (tests/receivers.py), stopped after the test."""
+    server = Receiver()
+    yield server
+    server.stop()
 
 
 # The runner tests' fixtures (tests/runnerhelp.py has the pieces).
