@@ -23,9 +23,7 @@ import pytest
 from tests.browserhelp import console_errors, missing, must_fail_without_browser, start_browser
 from tests.loophelp import cli, start_loop, stop, wait_ticking, wait_until
 
-# One worker runs them all (`--dist loadgroup`, README's test command): one Chromium and one
-# demo loop (the module's fixtures) rather than one per xdist worker that gets a test of it.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dashboard_browser")]
+pytestmark = pytest.mark.slow
 TOKEN = "browser-test-token-0123456789abcdef"
 STATE_WORDS = {"ok", "running", "paused", "failing", "late", "wedged", "completed", "waiting", "due"}
 
