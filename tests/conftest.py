@@ -3,12 +3,25 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.receivers import Receiver
+
 REPO = Path(__file__).resolve().parent.parent
+
+# No terminal size from outside: tests that want one set COLUMNS themselves (monkeypatch).
+# pytest imports readline at start-up (_pytest/capture.py, _readline_workaround), and GNU
+# readline exports COLUMNS=80 and LINES=24 into the process's C environment. os.environ
+# does not show them, but every child started with the inherited environment gets them:
+# pytest-xdist's workers do, so in a worker `cronctl list` and `status` fitted their
+# tables to 80 columns and the tests expecting whole piped rows failed (only under -n).
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+    os.unsetenv(_name)
 
 
 @pytest.fixture
@@ -61,6 +74,14 @@ def subprocess_env(home: Path) -> dict[str, str]:
     env["CRONCTL_HOME"] = str(home)
     env["NO_COLOR"] = "1"
     return env
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local HTTP receiver answering 200 (tests/receivers.py), stopped after the test."""
+    server = Receiver()
+    yield server
+    server.stop()
 
 
 # The runner tests' fixtures (tests/runnerhelp.py has the pieces).

@@ -4,6 +4,9 @@
 from a script: a list of status codes used in turn (the last one repeats), or `hang=True`
 to hold each connection open without answering (until `release()` or stop), or `down()`
 to refuse connections (the listening socket closed; `up()` binds the same port again).
+While down, the port stays bound by a socket that does not listen: a connection is
+refused as by a closed port, and no other test (an xdist worker beside this one) can
+take the port in the meantime, which would make `up()` fail or answer for someone else.
 `SmtpSink` speaks enough SMTP (EHLO/HELO, MAIL, RCPT, DATA, QUIT) to receive a mail.
 """
 
@@ -19,6 +22,10 @@ from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# How often serve_forever looks for shutdown(): its default (0.5 s) was half a second of
+# every test's teardown, and of every down() of a test that takes its receiver down.
+POLL_S = 0.02
 
 
 @dataclass
@@ -44,6 +51,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._server: ThreadingHTTPServer | None = None
+        self._hold: socket.socket | None = None  # the port, kept while down
         self.up()
 
     @property
@@ -73,16 +81,22 @@ class Receiver:
                 pass
 
         ThreadingHTTPServer.allow_reuse_address = True
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(POLL_S,), daemon=True).start()
 
     def down(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            self._hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._hold.bind(("127.0.0.1", self.port))  # bound, never listening: refused
 
     def release(self) -> None:
         self.hang = False
@@ -91,6 +105,9 @@ class Receiver:
     def stop(self) -> None:
         self.release()
         self.down()
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
     def _record(self, request: Request) -> int:
         with self._lock:
@@ -143,7 +160,7 @@ class SmtpSink:
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(POLL_S,), daemon=True).start()
 
     @property
     def url(self) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from tests.loophelp import cli, start_loop, stop, wait_ticking, wait_until
 from tests.receivers import Receiver
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.stop()
 
 
 def stale_of(receiver: Receiver, job: str) -> list[dict[str, object]]:

@@ -37,13 +37,6 @@ FAST = RetryPolicy(first=10.0, cap=60.0, give_up=300.0)
 
 
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def ctx(tmp_path: Path) -> Context:
     paths = open_home(tmp_path / "home")
     return Context(paths, Store(paths), AuditLog(paths.audit), FakeClock(T0))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,6 @@ from tests.loophelp import audit_rows, cli, kill_hard, start_loop, stop, wait_ti
 from tests.receivers import Receiver, SmtpSink
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -163,7 +155,7 @@ jobs:
         owed = {row["run_id"] for row in audit_rows(home, "run.finished", "fails")}
         assert len(owed) >= 5
         assert audit_rows(home, "notify.failed")  # tries were made and refused
-        receiver = Receiver(port=port)
+        receiver.up()  # the same port, held while it was down
         wait_until(lambda: {b["run_id"] for b in receiver.bodies()} >= owed, 60)
     finally:
         assert stop(loop) == 0

@@ -5,9 +5,13 @@ and `status --stale` agree about a dead loop."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cronctl.store.pg.connect import Connection
@@ -32,6 +36,29 @@ def silent_loop(conn: Connection, host: str, silent_s: float, pid: int = 4242) -
         conn.execute("UPDATE cronctl_loops SET heartbeat_at = clock_timestamp() - %s * interval '1 second'"
                      " WHERE loop_id = %s", (silent_s, me.loop_id))
     return me
+
+
+@contextmanager
+def beating(store_url: str, loop: LoopIdentity) -> Iterator[None]:
+    """The loop's heartbeat renewed every 0.5 s until the block ends, as a live loop renews it
+    every tick. Written once, it went stale (3 s) while a busy machine (the suite on several
+    workers) started the CLI twice, and `forget-host` then rightly forgot a "live" host."""
+    done = threading.Event()
+
+    def beat() -> None:
+        with psycopg.connect(store_url, autocommit=True) as own:
+            while not done.is_set():
+                own.execute("UPDATE cronctl_loops SET heartbeat_at = clock_timestamp() WHERE loop_id = %s",
+                            (loop.loop_id,))
+                done.wait(0.5)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=30)
 
 
 def hosts(conn: Connection) -> list[str]:
@@ -63,12 +90,13 @@ def test_a_silent_loop_is_forgotten_once_nothing_of_it_is_left_to_reclaim(conn: 
 def test_forget_host_forgets_at_once_refuses_a_live_host_and_names_an_unknown_one(
         conn: Connection, store_url: str, tmp_path: Path) -> None:
     silent_loop(conn, "web-3", 30)
-    silent_loop(conn, "live", 0.0)
-    done = run_cli(tmp_path / "h", store_url, "ops", "store", "forget-host", "web-3")
-    assert done.returncode == 0 and "forgot 1 loop(s) of host web-3" in done.stdout, done.stderr
-    assert hosts(conn) == ["live"]
-    assert one(store_url, "SELECT reason FROM cronctl_audit WHERE event = 'cluster.loop_forgotten'") == "operator"
-    refused = run_cli(tmp_path / "h", store_url, "ops", "store", "forget-host", "live")
+    live = silent_loop(conn, "live", 0.0)
+    with beating(store_url, live):
+        done = run_cli(tmp_path / "h", store_url, "ops", "store", "forget-host", "web-3")
+        assert done.returncode == 0 and "forgot 1 loop(s) of host web-3" in done.stdout, done.stderr
+        assert hosts(conn) == ["live"]
+        assert one(store_url, "SELECT reason FROM cronctl_audit WHERE event = 'cluster.loop_forgotten'") == "operator"
+        refused = run_cli(tmp_path / "h", store_url, "ops", "store", "forget-host", "live")
     assert refused.returncode == 1 and "has a live loop" in refused.stderr and "Traceback" not in refused.stderr
     unknown = run_cli(tmp_path / "h", store_url, "ops", "store", "forget-host", "nope")
     assert unknown.returncode == 1 and "no loop of host 'nope'" in unknown.stderr and "live" in unknown.stderr
