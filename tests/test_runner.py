@@ -405,7 +405,7 @@ def test_100_simultaneous_runs_use_one_supervisor_thread(results: Results, tmp_p
         assert sup.wait_idle(30)
     finally:
         sup.shutdown(wait=10)
-    assert peak == threads_before + 1 <= 3
+    assert peak == threads_before + 1
     assert all(results.by_id[r.run_id].status == "success" for r in reqs)
     assert zombie_children() == []
 
