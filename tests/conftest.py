@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,14 @@ REPO = Path(__file__).resolve().parent.parent
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
     os.unsetenv(_name)
+
+# Children must be able to get Ctrl-C: tests send SIGINT to `cronctl run`, `logs -f` and
+# `status --watch` and expect a clean exit. A suite started in the background by a shell
+# without job control (`nohup bash .ci/run &`) has SIGINT ignored, every child inherits
+# that, and Python then never installs its KeyboardInterrupt handler: those children
+# ignored the tests' SIGINT, the tests timed out and the children were left running.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler resets to default at exec
 
 
 @pytest.fixture

@@ -176,7 +176,10 @@ def test_mailto_import_round_trips_to_an_email(home: Path, tmp_path: Path) -> No
     loop = start_loop(home, env={"CRONCTL_SMTP": sink.url})
     try:
         wait_ticking(home, loop)
-        assert cli(home, "force-run", name).returncode == 0
+        forced = cli(home, "force-run", name)
+        # The job runs every minute: when its own run has just started, a forced run of a skip
+        # job is refused (seen on a busy machine); that run mails all the same.
+        assert forced.returncode == 0 or "is running and its overlap is skip" in forced.stderr, forced.stderr
         wait_until(lambda: sink.messages, 60)
     finally:
         assert stop(loop) == 0

@@ -4,6 +4,7 @@ one command that runs it all (README and .ci/run)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -29,3 +30,13 @@ def test_the_readme_and_ci_run_the_same_test_command() -> None:
     ci_pytest = [line for line in ci if line.startswith(".venv/bin/python -m pytest")]
     assert ci_pytest == [readme_pytest]
     assert " -n " in readme_pytest  # the suite runs on several workers (README, Testing)
+
+
+def test_a_child_can_be_interrupted_however_the_suite_was_started() -> None:
+    # Bit 1 of SigIgn is SIGINT: set when the suite was started in the background without job
+    # control, unless tests/conftest.py gave SIGINT a handler (reset to default at exec).
+    assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN
+    status = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True, check=True,
+                            timeout=30).stdout
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), status
