@@ -138,14 +138,21 @@ def _force_on_cluster(ctx: Context, name: str, wait: bool, timeout: float | None
 
 
 def _force_through_loop(ctx: Context, name: str, live: LoopStatus) -> str:
-    request_id = control.send_request(ctx.paths, "force_run", live.pid, job=name)
-    answer = control.wait_reply(ctx.paths, request_id, 15.0,
-                                alive=lambda: loop_alive(ctx.paths, ctx.clock.now()) is not None)
+    answer = _ask_loop(ctx, live, "force_run", job=name)
     if answer is None:
         raise CronctlError(f"the running loop (pid {live.pid}) did not answer; check 'cronctl status'")
     if not answer.get("ok"):
         raise ConflictError(str(answer.get("error")))
     return str(answer["run_id"])
+
+
+def _ask_loop(ctx: Context, live: LoopStatus, action: str, **fields: Any) -> dict[str, Any] | None:
+    """The running loop's answer to a control request, waited for while that very process runs:
+    a status that reads other than ok for a moment (a heartbeat late on a busy machine) does
+    not mean the loop will not answer (it cut a force-run's wait short under load)."""
+    loop = procs.identify(live.pid) if live.pid else None
+    request_id = control.send_request(ctx.paths, action, live.pid, **fields)
+    return control.wait_reply(ctx.paths, request_id, 15.0, alive=lambda: loop is not None and procs.is_alive(loop))
 
 
 # How long a run may be without a claim and without a record before --wait gives up:
@@ -271,9 +278,7 @@ def kill_job(ctx: Context, name: str) -> list[str]:
     loop_runs = {c.run_id for c in running if live and c.owner is not None and c.owner.pid == live.pid}
     killed: list[str] = []
     if loop_runs and live is not None:
-        request_id = control.send_request(ctx.paths, "kill", live.pid, job=name)
-        answer = control.wait_reply(ctx.paths, request_id, 15.0,
-                                    alive=lambda: loop_alive(ctx.paths, ctx.clock.now()) is not None)
+        answer = _ask_loop(ctx, live, "kill", job=name)
         if answer and answer.get("ok"):
             killed.extend(answer.get("run_ids") or [])
             for run_id in killed:
