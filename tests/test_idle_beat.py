@@ -8,9 +8,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from loophelp import wait_until
 
 from cronctl.context import Context
 from cronctl.loop import scheduler as scheduler_mod
@@ -18,16 +18,6 @@ from cronctl.loop.scheduler import LoopOptions, Scheduler
 from cronctl.loop.storewatch import StoreWatch
 from cronctl.models import JobSpec
 from cronctl.ops.definitions import add_job
-
-
-def wait_until(predicate: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def test_store_watch_wakes_on_its_file_only(tmp_path: Path) -> None:

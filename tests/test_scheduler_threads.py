@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loophelp import wait_until
 
 from cronctl.context import Context
 from cronctl.loop.scheduler import LoopOptions, Scheduler
@@ -15,16 +16,6 @@ from cronctl.loop.scheduler import LoopOptions, Scheduler
 
 class ThreadDeath(BaseException):
     """Escapes the tick's `except Exception`, like a bug that kills a thread outright."""
-
-
-def wait_until(predicate: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
