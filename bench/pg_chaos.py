@@ -44,7 +44,11 @@ stopped, and the ledger and the database are checked:
   started, nor were claimed with their ending recorded, nor have a `run.missed`,
   `run.skipped`, `run.spawn_failed` or `claim.reclaimed` row.
 
-Usage: python bench/pg_chaos.py [--actions 1000] [--loops 3] [--seed N] [--json] [--keep]
+With `--chains` (off by default: the CI test runs without) the jobs also hold a diamond chain,
+root every 3 s, checked for each node run at most once per chain, every ended chain with its
+outcome and no chain node left live (bench/chaos_chains.py says what each total means).
+
+Usage: python bench/pg_chaos.py [--actions 1000] [--loops 3] [--seed N] [--chains] [--json] [--keep]
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import chaos_chains  # noqa: E402
 import psycopg  # noqa: E402
 from chaos_procs import Leftovers  # noqa: E402
 
@@ -258,9 +263,10 @@ class Chaos:
         self.last_restart = time.monotonic()
 
 
-def seed_jobs(url: str, work: Path, ledger: Path, locks: Path) -> None:
+def seed_jobs(url: str, work: Path, ledger: Path, locks: Path, chains: bool = False) -> None:
     jobs = work / "jobs.yaml"
-    jobs.write_text(jobs_yaml(ledger, locks))
+    chain_jobs = chaos_chains.jobs_yaml(ledger, work / "chain_ledger", KILL_GRACE_S) if chains else ""
+    jobs.write_text(jobs_yaml(ledger, locks) + chain_jobs)
     env = {**os.environ, "CRONCTL_STORE": url, "NO_COLOR": "1"}
     home = work / "seed"
     done = subprocess.run([*cronctl(), "--home", str(home), "apply", "-f", str(jobs)], env=env,
@@ -274,7 +280,7 @@ def seed_jobs(url: str, work: Path, ledger: Path, locks: Path) -> None:
 
 
 def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = None,
-        keep: bool = False) -> dict[str, Any]:
+        keep: bool = False, chains: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     own_server = server is None
     server = server or pgserver.start()
@@ -290,7 +296,7 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
     leftovers = Leftovers(server.url, str(ledger), lambda name: by_name[name].killed_at if name in by_name else None,
                           KILL_GRACE_S)
     try:
-        seed_jobs(server.url, work, ledger, locks)
+        seed_jobs(server.url, work, ledger, locks, chains)
         for host in hosts:
             host.start()
         time.sleep(3.0)
@@ -319,6 +325,8 @@ def run(actions: int, loops: int, seed: int, server: pgserver.Server | None = No
                        process_scans=leftovers.scans, loops_died=len(chaos.deaths),
                        loops_died_first=chaos.deaths[:8], loops_refused_start=len(chaos.refused),
                        loops_refused_start_first=chaos.refused[:3])
+        if chains:
+            summary.update(chaos_chains.analyse(server.url, work / "chain_ledger"))
         return summary
     finally:
         for host in hosts:
@@ -422,10 +430,11 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=1000)
     parser.add_argument("--loops", type=int, default=3)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--chains", action="store_true", help="also run a diamond chain and check it")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the server and the work directory to look at")
     args = parser.parse_args()
-    summary = run(args.actions, args.loops, args.seed, keep=args.keep)
+    summary = run(args.actions, args.loops, args.seed, keep=args.keep, chains=args.chains)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
