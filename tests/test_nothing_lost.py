@@ -207,7 +207,9 @@ def test_run_f_removes_a_dropped_job_that_is_running_once_its_run_ends(home: Pat
         loophelp.wait_until(lambda: "long" not in loophelp.store(home)["jobs"], 30)
         finished = loophelp.audit_rows(home, "run.finished", "long")
         assert [r["status"] for r in finished] == ["success"]
-        assert [r["by"] for r in loophelp.audit_rows(home, "job.removed", "long")] == ["run -f"]
+        # The JSON store appends a change's audit rows once its document is in place: just after.
+        removed = loophelp.wait_until(lambda: loophelp.audit_rows(home, "job.removed", "long"), 10)
+        assert [r["by"] for r in removed] == ["run -f"]
         assert loop.poll() is None
     finally:
         assert loophelp.stop(loop) == 0
