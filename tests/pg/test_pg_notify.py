@@ -42,7 +42,12 @@ def test_two_loops_deliver_each_key_once(tmp_path: Path, store_url: str) -> None
     assert keys and max(keys.values()) == 1, [k for k, n in keys.items() if n > 1]
     sent = Counter(str(details["key"]) for (details,) in rows(
         store_url, "SELECT details FROM cronctl_audit WHERE event = 'notify.sent'"))
-    assert set(keys) <= set(sent) and max(sent.values()) == 1
+    assert max(sent.values()) == 1
+    # A try still out when its loop stopped reached the receiver unsettled: not waited for past
+    # the stop's bound, it stays owed and the next loop sends it again (at least once).
+    owed = {key for (key,) in rows(store_url, "SELECT jsonb_object_keys(state->'notify_owed') FROM cronctl_jobs"
+                                              " WHERE state ? 'notify_owed'")}
+    assert set(keys) - set(sent) <= owed
     hosts = {host for (host,) in rows(store_url, "SELECT DISTINCT host_id FROM cronctl_audit "
                                                  "WHERE event = 'notify.sent'")}
     assert hosts  # who sent is recorded; either loop may
