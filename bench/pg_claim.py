@@ -6,7 +6,8 @@ again (not timed), then times on the client, over loopback, through `PgLeaseStor
 `--store` and the loops use: the job rows locked, the pure claim functions, a
 `cronctl_runs` row per run): `claim_due` (which scans the due index and claims),
 `mark_dispatched` (the gate) and `finish_many`, each one transaction. Prints the median
-and p90 of each step and of the three together, per size.
+and p90 of each step and of the three together, per size; then of an idle loop's beat
+(`beat`: one registered loop, nothing due).
 
 The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
 stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
@@ -53,6 +54,7 @@ from cronctl.store.leases import RunEnd  # noqa: E402
 from cronctl.store.pg.connect import Connection, connect, parse_store_url  # noqa: E402
 from cronctl.store.pg.jobs import put_entry  # noqa: E402
 from cronctl.store.pg.leases import PgLeaseStore  # noqa: E402
+from cronctl.store.pg.loops import LoopIdentity, beat, register  # noqa: E402
 from cronctl.store.pg.schema import ensure_schema  # noqa: E402
 
 LEASE = 60.0
@@ -168,9 +170,13 @@ def measure(url: str, jobs: int, rounds: int, api: str = "lease", chained: int =
         raise ValueError(f"bench/pg_claim.py: unknown --api {api!r}: the run path is PgLeaseStore ('lease')")
     with fresh_database(url) as db_url, connect(parse_store_url(db_url)) as conn:
         ensure_schema(conn)
-        populate_lease(conn, jobs)
-        if chained:
-            populate_chained(conn, chained)
+        conn.commit()
+        # a plain connection: the store's own has a 5 s deadline on each wait, shorter than
+        # the insert of a million rows
+        with psycopg.connect(db_url) as filler:
+            populate_lease(filler, jobs)
+            if chained:
+                populate_chained(filler, chained)
         leases = PgLeaseStore(conn, "bench-host")
         clock = ServerClock(db_url) if server_time else None
         for _ in range(10):  # warm the caches and the connection
@@ -185,9 +191,29 @@ def measure(url: str, jobs: int, rounds: int, api: str = "lease", chained: int =
                 times[key].append(value * 1000)
             if clock is not None:
                 times["server"].append(clock.elapsed_ms())
+        times.update(idle_beats(conn, rounds, clock))
         if clock is not None:
             clock.conn.close()
         return times
+
+
+def idle_beats(conn: Connection, rounds: int, clock: ServerClock | None) -> dict[str, list[float]]:
+    """Milliseconds of an idle loop's beat (loops.beat: the heartbeat and the next instants, one
+    statement), nothing due: the client's, and the server's when `clock` is given."""
+    me = LoopIdentity(uuid.uuid4(), "bench-host", "bench-boot", os.getpid(), 1.0)
+    register(conn, me, "bench-home")
+    for _ in range(10):
+        beat(conn, me, 0.0, LEASE)
+    times: dict[str, list[float]] = {"beat": [], "beat server": []} if clock else {"beat": []}
+    for _ in range(rounds):
+        if clock is not None:
+            clock.reset()
+        started = time.perf_counter()
+        beat(conn, me, 0.0, LEASE)
+        times["beat"].append((time.perf_counter() - started) * 1000)
+        if clock is not None:
+            times["beat server"].append(clock.elapsed_ms())
+    return times
 
 
 def main() -> int:

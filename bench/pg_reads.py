@@ -57,6 +57,9 @@ def time_commands(db_url: str, jobs: int, rounds: int) -> dict[str, list[float]]
     env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-reads-"), "NO_COLOR": "1",
            "COLUMNS": "120"}
     env.pop("CRONCTL_STORE", None)
+    # as an installed cronctl runs: its modules' bytecode cached (the warm-up round writes it),
+    # not compiled from source at every command
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     store = ["--store", db_url]
     steps = {
         "--version (floor)": ["--version"],
