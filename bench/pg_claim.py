@@ -6,7 +6,8 @@ again (not timed), then times on the client, over loopback, through `PgLeaseStor
 `--store` and the loops use: the job rows locked, the pure claim functions, a
 `cronctl_runs` row per run): `claim_due` (which scans the due index and claims),
 `mark_dispatched` (the gate) and `finish_many`, each one transaction. Prints the median
-and p90 of each step and of the three together, per size.
+and p90 of each step and of the three together, per size; then of an idle loop's beat
+(`beat`: one registered loop, nothing due).
 
 The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
 stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
@@ -17,7 +18,13 @@ so that command lines written for it keep working.
 the chain rows' plans cost the run path of a job outside any chain (every claim write and
 every unit of a job with dependants reads the chained jobs, by the index on `after`).
 
+`--server-time` also prints the server's time of the three steps per round: the planning
+and execution time pg_stat_statements records for their statements (COMMIT included; the
+protocol's parse and the network are not in it), reset before each claim. The server must
+load the module (`shared_preload_libraries = 'pg_stat_statements'`, `track_planning = on`).
+
 Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api lease] [--chained N]
+                                [--server-time]
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -47,6 +54,7 @@ from cronctl.store.leases import RunEnd  # noqa: E402
 from cronctl.store.pg.connect import Connection, connect, parse_store_url  # noqa: E402
 from cronctl.store.pg.jobs import put_entry  # noqa: E402
 from cronctl.store.pg.leases import PgLeaseStore  # noqa: E402
+from cronctl.store.pg.loops import LoopIdentity, beat, register  # noqa: E402
 from cronctl.store.pg.schema import ensure_schema  # noqa: E402
 
 LEASE = 60.0
@@ -110,10 +118,13 @@ HOT = JobSpec(name="hot", command="true", every=60.0)
 OWNER = Owner("bench", os.getpid(), 1.0, "bench-boot")
 
 
-def one_lease_round(conn: Connection, leases: PgLeaseStore) -> tuple[float, float, float]:
+def one_lease_round(conn: Connection, leases: PgLeaseStore,
+                    before_claim: Callable[[], object] | None = None) -> tuple[float, float, float]:
     now = leases.db_now()
     with conn.transaction():
         put_entry(conn, entry_from(HOT, new_state(now, now - timedelta(seconds=1))))
+    if before_claim is not None:
+        before_claim()
     lease = Lease(time.monotonic() + LEASE, now + timedelta(seconds=LEASE))
     started = time.perf_counter()
     batch = leases.claim_due(now, OWNER, lease)
@@ -128,25 +139,81 @@ def one_lease_round(conn: Connection, leases: PgLeaseStore) -> tuple[float, floa
     return claimed - started, dispatched - claimed, finished - dispatched
 
 
-def measure(url: str, jobs: int, rounds: int, api: str = "lease", chained: int = 0) -> dict[str, list[float]]:
+class ServerClock:
+    """The server's planning + execution milliseconds of one database's statements since the last reset."""
+
+    SUM = """SELECT coalesce(sum(total_plan_time + total_exec_time), 0) FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND query NOT LIKE '%%pg_stat_statements%%'"""
+
+    def __init__(self, db_url: str) -> None:
+        self.conn = psycopg.connect(db_url, autocommit=True)
+        try:
+            self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            self.conn.execute("SELECT pg_stat_statements_reset()")
+        except psycopg.Error as error:
+            raise SystemExit(f"bench/pg_claim.py --server-time: the server must load pg_stat_statements "
+                             f"(shared_preload_libraries): {error}") from None
+
+    def reset(self) -> None:
+        self.conn.execute("SELECT pg_stat_statements_reset()")
+
+    def elapsed_ms(self) -> float:
+        row = self.conn.execute(self.SUM).fetchone()
+        return float(row[0]) if row else 0.0
+
+
+def measure(url: str, jobs: int, rounds: int, api: str = "lease", chained: int = 0,
+            server_time: bool = False) -> dict[str, list[float]]:
     """Milliseconds of each step over `rounds` rounds at `jobs` rows; `api` must be "lease"."""
     if api != "lease":
         raise ValueError(f"bench/pg_claim.py: unknown --api {api!r}: the run path is PgLeaseStore ('lease')")
     with fresh_database(url) as db_url, connect(parse_store_url(db_url)) as conn:
         ensure_schema(conn)
-        populate_lease(conn, jobs)
-        if chained:
-            populate_chained(conn, chained)
+        conn.commit()
+        # a plain connection: the store's own has a 5 s deadline on each wait, shorter than
+        # the insert of a million rows
+        with psycopg.connect(db_url) as filler:
+            populate_lease(filler, jobs)
+            if chained:
+                populate_chained(filler, chained)
         leases = PgLeaseStore(conn, "bench-host")
+        clock = ServerClock(db_url) if server_time else None
         for _ in range(10):  # warm the caches and the connection
             one_lease_round(conn, leases)
         times: dict[str, list[float]] = {"claim": [], "dispatch": [], "finish": [], "total": []}
+        if clock is not None:
+            times["server"] = []
         for _ in range(rounds):
-            claim, dispatch, end = one_lease_round(conn, leases)
+            claim, dispatch, end = one_lease_round(conn, leases, clock.reset if clock else None)
             for key, value in (("claim", claim), ("dispatch", dispatch), ("finish", end),
                                ("total", claim + dispatch + end)):
                 times[key].append(value * 1000)
+            if clock is not None:
+                times["server"].append(clock.elapsed_ms())
+        times.update(idle_beats(conn, rounds, clock))
+        if clock is not None:
+            clock.conn.close()
         return times
+
+
+def idle_beats(conn: Connection, rounds: int, clock: ServerClock | None) -> dict[str, list[float]]:
+    """Milliseconds of an idle loop's beat (loops.beat: the heartbeat and the next instants, one
+    statement), nothing due: the client's, and the server's when `clock` is given."""
+    me = LoopIdentity(uuid.uuid4(), "bench-host", "bench-boot", os.getpid(), 1.0)
+    register(conn, me, "bench-home")
+    for _ in range(10):
+        beat(conn, me, 0.0, LEASE)
+    times: dict[str, list[float]] = {"beat": [], "beat server": []} if clock else {"beat": []}
+    for _ in range(rounds):
+        if clock is not None:
+            clock.reset()
+        started = time.perf_counter()
+        beat(conn, me, 0.0, LEASE)
+        times["beat"].append((time.perf_counter() - started) * 1000)
+        if clock is not None:
+            times["beat server"].append(clock.elapsed_ms())
+    return times
 
 
 def main() -> int:
@@ -156,11 +223,13 @@ def main() -> int:
     parser.add_argument("--fsync", action="store_true", help="a throwaway server that flushes its WAL to disk")
     parser.add_argument("--api", choices=("lease",), default="lease", help="PgLeaseStore, the run path")
     parser.add_argument("--chained", type=int, default=0, help="jobs after job1 beside the others (job chains)")
+    parser.add_argument("--server-time", action="store_true", help="also the server's time per round "
+                        "(pg_stat_statements, which the server must load)")
     args = parser.parse_args()
     with server_url(args.fsync) as url:
         print(f"{'jobs':>8} {'step':>9} {'median ms':>10} {'p90 ms':>8}")
         for size in (int(s) for s in args.sizes.split(",")):
-            times = measure(url, size, args.rounds, args.api, args.chained)
+            times = measure(url, size, args.rounds, args.api, args.chained, args.server_time)
             for step, values in times.items():
                 p90 = statistics.quantiles(values, n=10)[-1]
                 print(f"{size:>8} {step:>9} {statistics.median(values):>10.2f} {p90:>8.2f}")
