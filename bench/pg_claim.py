@@ -62,7 +62,8 @@ SUCCESS = Outcome(RunStatus.SUCCESS, None, exit_code=0, duration=0.01, output_ta
 
 
 @contextmanager
-def server_url(fsync: bool) -> Iterator[str]:
+def server_url(fsync: bool = False) -> Iterator[str]:
+    """CRONCTL_TEST_PG_URL's server, else a throwaway one (stopped at the end)."""
     given = os.environ.get("CRONCTL_TEST_PG_URL")
     if given:
         yield given

@@ -36,8 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-import pgserver  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
@@ -55,32 +53,10 @@ from cronctl.jobs.state import new_state  # noqa: E402
 from cronctl.models import JobSpec  # noqa: E402
 from cronctl.store.pg.connect import parse_store_url  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from pg_claim import fresh_database, server_url  # noqa: E402
+
 ONE = "bench-one"
-
-
-@contextmanager
-def server_url() -> Iterator[str]:
-    given = os.environ.get("CRONCTL_TEST_PG_URL")
-    if given:
-        yield given
-        return
-    server = pgserver.start()
-    try:
-        yield server.url
-    finally:
-        pgserver.stop(server.data_dir)
-
-
-@contextmanager
-def fresh_database(url: str) -> Iterator[str]:
-    name = f"cronctl_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield url.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def populate(db_url: str, jobs: int, before: Path | None = None) -> None:
