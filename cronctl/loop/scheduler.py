@@ -137,6 +137,8 @@ class Scheduler:
         self.lock = SchedulerLock(ctx.paths.scheduler_lock)
         self.stop_event = threading.Event()
         self.wake = threading.Event()
+        # What the signal handlers were asked, for a handler that interrupted another (_signalled).
+        self._stop_signalled = self._wake_signalled = self._in_handler = False
         self.tick_lock = threading.Lock()
         self.identity = procs.identify(os.getpid())
         self.boot = procs.boot_id()
@@ -388,9 +390,29 @@ class Scheduler:
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
-        signal.signal(signal.SIGINT, lambda *_: self.request_stop())
-        signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
+        signal.signal(signal.SIGTERM, lambda *_: self._signalled(stop=True))
+        signal.signal(signal.SIGINT, lambda *_: self._signalled(stop=True))
+        signal.signal(signal.SIGUSR1, lambda *_: self._signalled(stop=False))
+
+    def _signalled(self, stop: bool) -> None:
+        """A signal handler (main thread). `Event.set` takes the event's non-reentrant lock: a
+        handler that interrupts another one's `set` (three `force-run`s send three SIGUSR1s at
+        once) waited on that lock for ever, and the tick thread, waiting on the same event,
+        with it: the loop stopped ticking. A handler inside another only records what it
+        asks; the outer one sets the events, until nothing new was asked meanwhile."""
+        self._stop_signalled = self._stop_signalled or stop
+        self._wake_signalled = True
+        if self._in_handler:
+            return
+        self._in_handler = True
+        try:
+            while self._wake_signalled:
+                self._wake_signalled = False
+                if self._stop_signalled and not self.stop_event.is_set():
+                    self.stop_event.set()
+                self.wake.set()
+        finally:
+            self._in_handler = False
 
     # --- generations ---------------------------------------------------------------------
 
