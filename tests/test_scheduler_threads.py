@@ -132,3 +132,33 @@ def test_a_request_the_loop_fails_to_serve_is_answered_not_left_to_time_out(tmp_
     reply = control.wait_reply(paths, request_id, 1.0, alive=lambda: True)
     assert reply is not None and reply["ok"] is False and "RuntimeError: boom" in reply["error"]
     assert control.pending_requests(paths) == []
+
+
+class SignalInsideSet(threading.Event):
+    """An event whose `set` is interrupted, while it holds its lock, by a signal handler: what
+    a second SIGUSR1 arriving inside the first one's handler does (injected, since a real
+    signal lands there only sometimes)."""
+
+    def __init__(self, handler: Any) -> None:
+        super().__init__()
+        self.handler = handler
+        self.interrupted = False
+
+    def set(self) -> None:
+        with self._cond:  # type: ignore[attr-defined]
+            if not self.interrupted:
+                self.interrupted = True
+                self.handler()  # the nested handler, with the lock held
+            self._flag = True  # type: ignore[attr-defined]
+            self._cond.notify_all()  # type: ignore[attr-defined]
+
+
+def test_a_signal_inside_another_signals_handler_neither_deadlocks_nor_is_lost(home: Path) -> None:
+    scheduler = Scheduler(Context.open(home), LoopOptions(quiet=True))
+    scheduler.wake = SignalInsideSet(lambda: scheduler._signalled(stop=True))
+    done = threading.Thread(target=scheduler._signalled, kwargs={"stop": False}, daemon=True)
+    done.start()
+    done.join(timeout=5)
+    assert not done.is_alive(), "a handler inside another's Event.set deadlocked"
+    assert scheduler.wake.interrupted and scheduler.wake.is_set()
+    assert scheduler.stop_event.is_set(), "the nested handler's stop was lost"
