@@ -3,7 +3,8 @@ defining commands may rely on, whatever store holds the jobs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,19 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 
 @pytest.fixture(params=["json", "postgres"])
-def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Context]:
+def open_context(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Context]:
+    """Opens one invocation on the test's store: each its own lock descriptor, or its own connection."""
     url = parse_store_url(request.getfixturevalue("store_url")) if request.param == "postgres" else None
-    yield Context.open(tmp_path / "home", clock=FakeClock(T0), store_url=url)
+    return lambda: Context.open(tmp_path / "home", clock=FakeClock(T0), store_url=url)
+
+
+@pytest.fixture
+def ctx(open_context: Callable[[], Context]) -> Context:
+    return open_context()
 
 
 def entry(name: str, source: str | None = None, **fields: Any) -> dict[str, Any]:
-    spec = JobSpec(name=name, command="true", source=source, **{"every": 3600.0, **fields})
+    spec = JobSpec(name=name, source=source, **{"command": "true", "every": 3600.0, **fields})
     return entry_from(spec, new_state(T0, T0 + timedelta(hours=1)))
 
 
@@ -96,3 +103,44 @@ def test_linked_specs_give_the_upstreams_asked_for(ctx: Context) -> None:
         linked = edit.linked_specs(["up"])
     # The JSON document is in hand whole: it gives every job; the database only what is asked.
     assert "up" in linked and linked["up"].every == 3600.0
+
+
+def test_linked_specs_give_every_chained_job_unasked(ctx: Context) -> None:
+    define(ctx, entry("up"), entry("down", after=["up"]), entry("alone"))
+    with ctx.definitions.editing(["new"]) as edit:
+        linked = edit.linked_specs([])
+    # What the chain rules judge a new `after` by: every job with an `after`, whatever was asked.
+    assert "down" in linked and linked["down"].after == ("up",)
+
+
+def test_of_two_writers_adding_one_name_one_lands_and_the_other_sees_it_or_fails(
+        open_context: Callable[[], Context]) -> None:
+    """Two invocations add job `x` at once, each as `add` does (look, then add), their writes
+    open together: one lands; the other either finds `x` among its entries (the JSON store's
+    lock made it wait) or its write fails with `already_exists` (PostgreSQL: no row to lock
+    yet, the later commit loses). Never both, never one over the other."""
+    first, second = open_context(), open_context()
+    first_open, outcome = threading.Event(), {}
+
+    def add(ctx: Context, who: str, opened: Callable[[], None]) -> None:
+        try:
+            with ctx.definitions.editing(["x"]) as edit:
+                if "x" in edit.entries:
+                    outcome[who] = "saw it"
+                    return
+                edit.add(entry("x", command=who))
+                opened()
+            outcome[who] = "added"
+        except ConflictError as exc:
+            outcome[who] = str(exc)
+
+    thread = threading.Thread(target=lambda: (first_open.wait(30), add(second, "second", lambda: None)))
+    thread.start()
+    # The second writer is let in while the first's write is still open.
+    add(first, "first", lambda: (first_open.set(), thread.join(0.5)))
+    thread.join(30)
+    [(winner, _)] = [(who, said) for who, said in outcome.items() if said == "added"]
+    [lost] = [said for said in outcome.values() if said != "added"]
+    assert lost in ("saw it", "job 'x' already exists; change it with 'cronctl edit x'")
+    got = first.definitions.get("x")
+    assert got is not None and got["command"] == winner
