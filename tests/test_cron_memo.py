@@ -9,39 +9,40 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cronctl.errors import ScheduleError
-from cronctl.schedule import cron
+from cronctl.schedule import cron, cronexpr, zones
 
 
 def test_parse_remembers_the_same_parse() -> None:
-    first = cron.parse_cron("*/5 3 * * mon")
-    assert cron.parse_cron("*/5 3 * * mon") is first
-    assert first == cron._parse("*/5 3 * * mon")
+    first = cronexpr.parse_cron("*/5 3 * * mon")
+    assert cronexpr.parse_cron("*/5 3 * * mon") is first
+    assert first == cronexpr._parse("*/5 3 * * mon")
 
 
 def test_a_bad_expression_fails_every_time() -> None:
     for _ in range(2):
         with pytest.raises(ScheduleError, match="day-of-month"):
-            cron.parse_cron("0 0 32 * *")
-    assert "0 0 32 * *" not in cron._PARSED
+            cronexpr.parse_cron("0 0 32 * *")
+    assert "0 0 32 * *" not in cronexpr._PARSED
 
 
 def test_next_remembered_is_next_computed() -> None:
-    expr = cron.parse_cron("7 * * * *")
+    expr = cronexpr.parse_cron("7 * * * *")
     start = datetime(2026, 3, 29, 0, 30, tzinfo=timezone.utc)
     for step in range(50):
         after = start + timedelta(minutes=17 * step)
         remembered = [cron.cron_next(expr, "Europe/Berlin", after) for _ in range(2)]
-        computed = cron._aware(next(cron._slots_after(expr, cron.check_timezone("Europe/Berlin"), after)))
+        computed = zones.aware(next(cron._slots_after(expr, zones.check_timezone("Europe/Berlin"), after)))
         assert remembered == [computed, computed]
         assert remembered[0].tzinfo == computed.tzinfo
 
 
 def test_memories_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cron, "_PARSED_MAX", 3)
-    monkeypatch.setattr(cron, "_PARSED", {})
+    monkeypatch.setattr(cronexpr, "_PARSED_MAX", 3)
+    monkeypatch.setattr(cronexpr, "_PARSED", {})
+    monkeypatch.setattr(cron, "_NEXT_FOUND_MAX", 3)
     monkeypatch.setattr(cron, "_NEXT_FOUND", {})
-    expr = cron.parse_cron("* * * * *")
+    expr = cronexpr.parse_cron("* * * * *")
     for minute in range(10):
-        cron.parse_cron(f"{minute} * * * *")
+        cronexpr.parse_cron(f"{minute} * * * *")
         cron.cron_next(expr, "UTC", datetime(2026, 1, 1, 0, minute, tzinfo=timezone.utc))
-    assert len(cron._PARSED) <= 3 and len(cron._NEXT_FOUND) <= 3
+    assert len(cronexpr._PARSED) <= 3 and len(cron._NEXT_FOUND) <= 3

@@ -25,7 +25,8 @@ from cronctl.interop.crontab_import import (
     unique_name,
 )
 from cronctl.interop.crontab_yaml import quote, render_yaml
-from cronctl.schedule.cron import cron_next, parse_cron
+from cronctl.schedule.cron import cron_next
+from cronctl.schedule.cronexpr import parse_cron
 
 UTC = timezone.utc
 SAMPLES = Path(__file__).parent / "data" / "crontabs"

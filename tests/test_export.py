@@ -26,7 +26,8 @@ from cronctl.interop.export.formats import export_jobs
 from cronctl.interop.export.kubernetes import dns_name
 from cronctl.interop.export.systemd import exec_line
 from cronctl.models import Catchup, JobSpec, Overlap
-from cronctl.schedule.cron import cron_next, parse_cron
+from cronctl.schedule.cron import cron_next
+from cronctl.schedule.cronexpr import parse_cron
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

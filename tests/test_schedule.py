@@ -9,21 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cronctl.errors import ScheduleError
-from cronctl.schedule.cron import (
-    check_timezone,
-    count_slots,
-    cron_cadence,
-    cron_next,
-    cron_prev,
-    default_grace,
-    describe_cron,
-    every_count,
-    every_next,
-    jitter_offset,
-    parse_at,
-    parse_cron,
-    retry_delay,
-)
+from cronctl.schedule.cron import count_slots, cron_cadence, cron_next, cron_prev
+from cronctl.schedule.cronexpr import describe_cron, parse_cron
+from cronctl.schedule.intervals import default_grace, every_count, every_next, jitter_offset, parse_at, retry_delay
+from cronctl.schedule.zones import check_timezone
 
 UTC = timezone.utc
 BERLIN = "Europe/Berlin"

@@ -28,7 +28,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from cronctl.schedule.cron import count_slots, cron_next, cron_prev, parse_cron
+from cronctl.schedule.cron import count_slots, cron_next, cron_prev
+from cronctl.schedule.cronexpr import parse_cron
 from tests.test_schedule_oracle import offset_changes
 
 UTC = timezone.utc

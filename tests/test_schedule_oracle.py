@@ -33,7 +33,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cronctl.errors import ScheduleError
-from cronctl.schedule.cron import count_slots, cron_next, cron_prev, parse_cron
+from cronctl.schedule.cron import count_slots, cron_next, cron_prev
+from cronctl.schedule.cronexpr import parse_cron
 
 UTC = timezone.utc
 MINUTE = timedelta(minutes=1)

@@ -23,7 +23,8 @@ from cronctl.interop.translate import debian_gap_notes
 from cronctl.jobs.jobfile import ENV_NAME_RE, build_spec
 from cronctl.jobs.notifyfields import check_notify
 from cronctl.models import NAME_MAX, NAME_RE
-from cronctl.schedule.cron import check_timezone, parse_cron
+from cronctl.schedule.cronexpr import parse_cron
+from cronctl.schedule.zones import check_timezone
 
 DEFAULT_SHELLS = ("/bin/sh", "/usr/bin/sh")
 MAIL_VARS = ("MAILTO", "MAILFROM", "CONTENT_TYPE", "CONTENT_TRANSFER_ENCODING")

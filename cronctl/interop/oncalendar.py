@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 
 from cronctl.interop.cronfields import ALL_DAYS, ALL_WEEKDAYS, consecutive_runs
-from cronctl.schedule.cron import CronExpr
+from cronctl.schedule.cronexpr import CronExpr
 
 # systemd's weekday names, indexed like cron (0 = Sunday).
 _WEEKDAY_NAMES = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")

@@ -14,7 +14,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from cronctl.interop.cronfields import ALL_DAYS, ALL_WEEKDAYS, consecutive_runs
-from cronctl.schedule.cron import CronExpr
+from cronctl.schedule.cronexpr import CronExpr
 
 UTC = timezone.utc
 # How far ahead DST windows are searched; zone rules further out are guesses anyway.

@@ -19,7 +19,9 @@ from cronctl.jobs.chainfields import CHAIN_CHECKS, CHAIN_FIELDS, chain_combo_pro
 from cronctl.jobs.notifyfields import NOTIFY_CHECKS
 from cronctl.jobs.operatorfields import OPERATOR_CHECKS, OPERATOR_FIELDS, STORED_OPERATOR_CHECKS, user_warnings
 from cronctl.models import ALERT_FIELDS, NAME_MAX, NAME_RE, Catchup, JobSpec, Overlap
-from cronctl.schedule.cron import check_timezone, parse_at, parse_cron
+from cronctl.schedule.cronexpr import parse_cron
+from cronctl.schedule.intervals import parse_at
+from cronctl.schedule.zones import check_timezone
 from cronctl.timefmt import to_iso
 
 JOB_FIELDS = (

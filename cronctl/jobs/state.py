@@ -8,7 +8,8 @@ from typing import Any
 
 from cronctl.errors import CronctlError, StoreError, no_job_named
 from cronctl.models import JobSpec
-from cronctl.schedule.cron import check_timezone, parse_cron
+from cronctl.schedule.cronexpr import parse_cron
+from cronctl.schedule.zones import check_timezone
 from cronctl.timefmt import from_iso, to_iso
 
 

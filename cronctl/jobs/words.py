@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from cronctl.durations import format_duration
 from cronctl.models import JobSpec
-from cronctl.schedule.cron import describe_cron, parse_cron
+from cronctl.schedule.cronexpr import describe_cron, parse_cron
 
 
 def signal_text(number: int) -> str:

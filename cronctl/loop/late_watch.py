@@ -18,7 +18,7 @@ from cronctl.durations import parse_duration
 from cronctl.store.notify_owed import targets_of
 from cronctl.timefmt import from_iso, to_iso
 
-# default_grace (schedule/cron.py) is half the cadence clamped to [2m, 2h]: never less than this.
+# default_grace (schedule/intervals.py) is half the cadence clamped to [2m, 2h]: never less than this.
 DEFAULT_GRACE_FLOOR = 120.0
 
 

@@ -12,17 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from cronctl.models import JobSpec
-from cronctl.schedule.cron import (
-    count_slots,
-    cron_cadence,
-    cron_next,
-    cron_prev,
-    default_grace,
-    every_count,
-    every_next,
-    jitter_offset,
-    parse_cron,
-)
+from cronctl.schedule.cron import count_slots, cron_cadence, cron_next, cron_prev
+from cronctl.schedule.cronexpr import parse_cron
+from cronctl.schedule.intervals import default_grace, every_count, every_next, jitter_offset
 from cronctl.timefmt import utc_ms
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from cronctl.jobs.state import JobView
 from cronctl.models import FAILED_STATUSES, AuditEvent, Catchup, Fault, JobSpec, Overlap, RunStatus, Trigger
-from cronctl.schedule.cron import retry_delay
+from cronctl.schedule.intervals import retry_delay
 from cronctl.schedule.slots import cadence, collect_due, fire_at, starting_deadline
 from cronctl.store import chain_doc, notify_owed
 from cronctl.store.schema import claims_of, find_claim

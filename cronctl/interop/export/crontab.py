@@ -16,7 +16,8 @@ from cronctl.interop.export.base import ExportFile, ExportResult, comment_block,
 from cronctl.interop.export.chains import chain_note
 from cronctl.interop.translate import cron_text, debian_gap_notes, every_cron, seconds_text
 from cronctl.models import Catchup, JobSpec, Overlap
-from cronctl.schedule.cron import jitter_offset, parse_cron
+from cronctl.schedule.cronexpr import parse_cron
+from cronctl.schedule.intervals import jitter_offset
 
 FILE_NAME = "cronctl.crontab"
 

@@ -21,7 +21,9 @@ from cronctl.interop.export.base import ExportFile, ExportResult, comment_block,
 from cronctl.interop.export.chains import chain_note
 from cronctl.interop.translate import cron_text, dst_notes, every_cron
 from cronctl.models import Catchup, JobSpec, Overlap
-from cronctl.schedule.cron import cron_cadence, default_grace, parse_cron
+from cronctl.schedule.cron import cron_cadence
+from cronctl.schedule.cronexpr import parse_cron
+from cronctl.schedule.intervals import default_grace
 
 PLACEHOLDER_IMAGE = "registry.invalid/replace-me:latest"
 # A CronJob's name is at most 52 characters: its Jobs append 11.

@@ -17,7 +17,7 @@ from cronctl.interop.export.chains import chain_note, maps_to_on_success, on_suc
 from cronctl.interop.oncalendar import at_oncalendar, every_oncalendar, oncalendar_lines
 from cronctl.interop.translate import dst_notes
 from cronctl.models import Catchup, JobSpec, Overlap
-from cronctl.schedule.cron import parse_cron
+from cronctl.schedule.cronexpr import parse_cron
 
 # Arguments made only of these need no quotes (and hold no `$`, `%` or `\`).
 _PLAIN = re.compile(r"[A-Za-z0-9_+=:,./@-]+")
