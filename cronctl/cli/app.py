@@ -1,6 +1,6 @@
 """The typer app, its root options, the context the commands share, and their shared option types.
 
-The command modules (cli/jobs.py, runs.py, health.py, migrate.py, metrics.py) register their
+The command modules (cli/job_commands.py, run_commands.py, health.py, migrate.py, metrics.py) register their
 commands on `app`; only cli/main.py imports them, so nothing here imports back.
 """
 

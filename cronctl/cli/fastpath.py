@@ -7,7 +7,7 @@ monitoring run most (`list`, `show`, `status`, `history`, `next`, `add`, `edit`,
 `pause`, `resume`, `remove`, `force-run`, `apply`) and the loop (`run`, whose start a
 service manager waits for) have simple command lines, so this module
 recognises them from a table and calls the very body the typer command calls
-(cli/jobcmds.py, cli/runcmds.py) with the same values: one body per command, whoever
+(cli/job_actions.py, cli/run_actions.py) with the same values: one body per command, whoever
 parsed its arguments.
 
 Only what the table says for certain is taken here: an unknown option, `--help`, a
@@ -43,6 +43,7 @@ class Command(NamedTuple):
     required: int = 0  # how many of `arguments` must be given
     required_options: tuple[str, ...] = ()  # parameters given as options that typer requires
     reads_only: bool = False  # holds no lock, child or open write once answered: may skip teardown
+    job_options: bool = False  # the body takes add's and edit's job options as one `options` (cli/joboptions.py)
 
 
 class Invocation(NamedTuple):
@@ -70,35 +71,37 @@ _JOB_OPTIONS = {
 _ALLOW_PAST = {"--allow-past": Opt("allow_past", FLAG)}
 
 COMMANDS: dict[str, Command] = {
-    "list": Command("jobcmds.list_jobs", _JSON, reads_only=True),
-    "show": Command("jobcmds.show", _JSON, ("name",), required=1, reads_only=True),
-    "next": Command("jobcmds.next_fires", {"-n": Opt("count", INT, 1, 1000), "--count": Opt("count", INT, 1, 1000),
-                                           "--from": Opt("from_", TEXT), **_JSON}, ("name",), reads_only=True),
-    "status": Command("runcmds.status", {"--stale": Opt("stale", FLAG), **_JSON}, reads_only=True),
-    "history": Command("runcmds.history", {"-n": Opt("count", INT, 0), "--chain": Opt("chain", TEXT),
-                                           "--since": Opt("since", TEXT), "--status": Opt("status", TEXT), **_JSON},
+    "list": Command("job_actions.list_jobs", _JSON, reads_only=True),
+    "show": Command("job_actions.show", _JSON, ("name",), required=1, reads_only=True),
+    "next": Command("job_actions.next_fires", {"-n": Opt("count", INT, 1, 1000), "--count": Opt("count", INT, 1, 1000),
+                                               "--from": Opt("from_", TEXT), **_JSON}, ("name",), reads_only=True),
+    "status": Command("run_actions.status", {"--stale": Opt("stale", FLAG), **_JSON}, reads_only=True),
+    "history": Command("run_actions.history", {"-n": Opt("count", INT, 0), "--chain": Opt("chain", TEXT),
+                                               "--since": Opt("since", TEXT), "--status": Opt("status", TEXT), **_JSON},
                        ("name",), reads_only=True),
-    "add": Command("jobcmds.add", {**_JOB_OPTIONS, **_ALLOW_PAST}, ("name",), rest="command", required=1),
-    "edit": Command("jobcmds.edit", {**_JOB_OPTIONS, **_ALLOW_PAST, "--unset": Opt("unset", TEXTS)}, ("name",),
-                    rest="command", required=1),
-    "remove": Command("jobcmds.remove", {"--force": Opt("force", FLAG)}, ("name",), required=1),
-    "pause": Command("jobcmds.pause", {}, ("name",), required=1),
-    "resume": Command("jobcmds.resume", {"--all": Opt("all_jobs", FLAG), **_JSON}, ("name",)),
-    "apply": Command("jobcmds.apply", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT),
-                                       "--prune": Opt("prune", FLAG), "--dry-run": Opt("dry_run", FLAG),
-                                       "--force": Opt("force", FLAG), **_ALLOW_PAST, **_JSON},
+    "add": Command("job_actions.add", {**_JOB_OPTIONS, **_ALLOW_PAST}, ("name",), rest="command", required=1,
+                   job_options=True),
+    "edit": Command("job_actions.edit", {**_JOB_OPTIONS, **_ALLOW_PAST, "--unset": Opt("unset", TEXTS)}, ("name",),
+                    rest="command", required=1, job_options=True),
+    "remove": Command("job_actions.remove", {"--force": Opt("force", FLAG)}, ("name",), required=1),
+    "pause": Command("job_actions.pause", {}, ("name",), required=1),
+    "resume": Command("job_actions.resume", {"--all": Opt("all_jobs", FLAG), **_JSON}, ("name",)),
+    "apply": Command("job_actions.apply", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT),
+                                           "--prune": Opt("prune", FLAG), "--dry-run": Opt("dry_run", FLAG),
+                                           "--force": Opt("force", FLAG), **_ALLOW_PAST, **_JSON},
                      required_options=("file",)),
-    "run": Command("runcmds.run", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT), "--once": Opt("once", FLAG),
-                                   "--standby": Opt("standby", FLAG), "--max-parallel": Opt("max_parallel", INT, 1),
-                                   "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),
-                                   "--metrics-file": Opt("metrics_file", TEXT), "--quiet": Opt("quiet", FLAG),
-                                   "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
-                                   "--http-allow-remote": Opt("http_allow_remote", FLAG),
-                                   "--echo-output": Opt("echo_output", FLAG),
-                                   "--forget-after": Opt("forget_after", TEXT),
-                                   "--http-token": Opt("http_token", TEXT)}),
-    "force-run": Command("runcmds.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG),
-                                               "--alone": Opt("alone", FLAG), **_JSON},
+    "run": Command("run_actions.run", {"-f": Opt("file", TEXT), "--file": Opt("file", TEXT),
+                                       "--once": Opt("once", FLAG),
+                                       "--standby": Opt("standby", FLAG), "--max-parallel": Opt("max_parallel", INT, 1),
+                                       "--takeover-after": Opt("takeover_after", TEXT), "--lease": Opt("lease", TEXT),
+                                       "--metrics-file": Opt("metrics_file", TEXT), "--quiet": Opt("quiet", FLAG),
+                                       "-q": Opt("quiet", FLAG), "--http": Opt("http", TEXT),
+                                       "--http-allow-remote": Opt("http_allow_remote", FLAG),
+                                       "--echo-output": Opt("echo_output", FLAG),
+                                       "--forget-after": Opt("forget_after", TEXT),
+                                       "--http-token": Opt("http_token", TEXT)}),
+    "force-run": Command("run_actions.force_run", {"--wait": Opt("wait", FLAG), "--chain": Opt("chain", FLAG),
+                                                   "--alone": Opt("alone", FLAG), **_JSON},
                          ("name",), required=1),
 }
 
@@ -207,10 +210,16 @@ def run(invocation: Invocation) -> int | None:
     from cronctl.cli import session
 
     session.set_root_options(invocation.home, None)
-    module, function = COMMANDS[invocation.command].body.split(".")
+    command = COMMANDS[invocation.command]
+    module, function = command.body.split(".")
     body = getattr(import_module(f"cronctl.cli.{module}"), function)
+    values = invocation.values
+    if command.job_options:
+        from cronctl.cli.joboptions import JobOptions
+
+        values = JobOptions.gather(values)
     try:
-        code: int | None = body(**invocation.values)
+        code: int | None = body(**values)
     except EOFError:
         # As typer's layer answers it (a blank line, then cli/main's word); KeyboardInterrupt
         # is exit 130 both ways, through exits.run.

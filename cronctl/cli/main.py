@@ -17,8 +17,8 @@ from cronctl.cli.app import app
 
 # isort: off
 # Each command module registers its commands on `app` when imported; the order is --help's.
-from cronctl.cli import jobs as _jobs  # noqa: F401
-from cronctl.cli import runs as _runs  # noqa: F401
+from cronctl.cli import job_commands as _job_commands  # noqa: F401
+from cronctl.cli import run_commands as _run_commands  # noqa: F401
 from cronctl.cli import health as _health  # noqa: F401
 from cronctl.cli import migrate as _migrate  # noqa: F401
 from cronctl.cli import metrics as _metrics  # noqa: F401

@@ -1,6 +1,6 @@
-"""The bodies of `run`, `status`, `history` and `force-run`, without the CLI framework.
+"""What `run`, `status`, `history` and `force-run` do, without the CLI framework.
 
-The typer commands of cli/runs.py call these with the values typer parsed; the
+The typer commands of cli/run_commands.py call these with the values typer parsed; the
 framework-free entry (cli/fastpath.py) calls the same functions with the values it parsed.
 A body returns its exit code (None: 0) and imports the use-case module it calls inside
 its own body: a command loads only what it uses.

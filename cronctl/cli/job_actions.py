@@ -1,7 +1,7 @@
-"""The bodies of the job commands (add, edit, remove, list, show, next, pause, resume, apply),
+"""What the job commands do (add, edit, remove, list, show, next, pause, resume, apply),
 without the CLI framework.
 
-The typer commands of cli/jobs.py call these with the values typer parsed; the
+The typer commands of cli/job_commands.py call these with the values typer parsed; the
 framework-free entry (cli/fastpath.py) calls the same functions with the values it parsed
 from the plain forms of a command line. One body per command either way: what it does
 and prints does not depend on who parsed its arguments. A body returns its exit code
@@ -12,32 +12,35 @@ loads only what it uses.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from cronctl.cli import render
+from cronctl.cli.joboptions import JobOptions
 from cronctl.cli.session import open_context
 from cronctl.errors import UsageError
 
+NO_OPTIONS = JobOptions()  # none of the job options given
 
-def add(name: str, command: list[str] | None = None, json_out: bool = False, allow_past: bool = False,
-        **options: Any) -> None:
-    """`cronctl add`: options are the job options of cli/app.py by parameter name."""
+
+def add(name: str, command: list[str] | None = None, options: JobOptions = NO_OPTIONS, json_out: bool = False,
+        allow_past: bool = False) -> None:
+    """`cronctl add`."""
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
-    fields = collect_options({**options, "command": command_from_args(command)})
+    fields = options.fields(command_from_args(command))
     ctx = open_context()
     view = ops.add_job(ctx, ops.spec_from_options(name, fields), allow_past)
     views.added(view, ctx, json_out)
     _warn_unknown_user(name, view.spec.user)
 
 
-def edit(name: str, command: list[str] | None = None, unset: list[str] | None = None, json_out: bool = False,
-         allow_past: bool = False, **options: Any) -> None:
+def edit(name: str, command: list[str] | None = None, options: JobOptions = NO_OPTIONS,
+         unset: list[str] | None = None, json_out: bool = False, allow_past: bool = False) -> None:
+    """`cronctl edit`."""
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
-    changes = collect_options({**options, "command": command_from_args(command)})
+    changes = options.fields(command_from_args(command))
     ctx = open_context()
     view, changed = ops.edit_job(ctx, name, changes, unset or [], allow_past)
     views.edited(view, changed, ctx, json_out)
@@ -51,62 +54,6 @@ def _warn_unknown_user(name: str, user: str | None) -> None:
 
     for warning in user_warnings(user):
         render.warn(f"job '{name}': {warning}")
-
-
-# The job options of add and edit, in the order their problems are reported.
-JOB_OPTIONS = ("cron", "every", "at", "timezone", "cwd", "env", "timeout", "kill_grace", "overlap", "catchup",
-               "starting_deadline", "retries", "retry_delay", "repeat", "jitter", "grace", "on_failure", "paused",
-               "command", "after", "requires",
-               "user", "env_file", "limits", "keep_runs", "keep_log",  # these five: SPEC §13
-               "alert_after", "notify", "notify_on")
-
-
-def collect_options(given: dict[str, Any]) -> dict[str, Any]:
-    """Turn CLI option values into the YAML-shaped fields build_spec validates."""
-    unknown = set(given) - set(JOB_OPTIONS)
-    if unknown:
-        raise TypeError(f"not job options: {sorted(unknown)}")
-    options: dict[str, Any] = {}
-    for key in JOB_OPTIONS:
-        value = given.get(key)
-        if value is None or value == [] or value == ():
-            continue
-        if key == "env":
-            options["env"] = _parse_env_pairs(value)
-        elif key == "limits":
-            options["limits"] = _parse_limit_pairs(value)
-        elif key in ("notify", "notify_on"):
-            continue  # one field of the two options, below
-        else:
-            options[key] = list(value) if isinstance(value, tuple) else value
-    from cronctl.cli.notifyopts import notify_field
-
-    notify = notify_field(given.get("notify"), given.get("notify_on"))
-    if notify is not None:
-        options["notify"] = notify
-    return options
-
-
-def _parse_env_pairs(pairs: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
-        env[key] = value
-    return env
-
-
-def _parse_limit_pairs(pairs: list[str]) -> dict[str, str | int]:
-    """`--limit nofile=16` as the YAML `limits: {nofile: 16}` (numbers as numbers)."""
-    limits: dict[str, str | int] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--limit expects NAME=VALUE (nice, memory, cpu, nofile, nproc), got {pair!r}")
-        text = value.strip()
-        limits[key.strip()] = int(text) if text.lstrip("-").isdigit() else text
-    return limits
 
 
 def command_from_args(args: list[str] | None) -> str | list[str] | None:

@@ -1,7 +1,8 @@
-"""The commands that define jobs and read their definitions: add, edit, remove, list, show,
-next, apply, validate, pause, resume. Registered on the app by cli/main.py.
+"""The typer declarations of the commands that define jobs and read their definitions: add,
+edit, remove, list, show, next, apply, validate, pause, resume (their arguments, options
+and help). Registered on the app by cli/main.py.
 
-The bodies of most of them are in cli/jobcmds.py, which the framework-free entry calls
+What most of them do is in cli/job_actions.py, which the framework-free entry calls
 too (cli/fastpath.py); these functions are what typer parses command lines into. Every
 command module is imported for every command, so each command imports the use-case
 module it calls (ops.definitions pulls in YAML and the schedule code) inside its own
@@ -10,12 +11,15 @@ body: a command loads only what it uses.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 
-from cronctl.cli import jobcmds, render
+from cronctl.cli import job_actions, render
 from cronctl.cli.app import (
     AlertAfterOpt,
     AllowPastOpt,
@@ -49,16 +53,15 @@ from cronctl.cli.app import (
     app,
     cli_clock,
 )
+from cronctl.cli.job_actions import NO_OPTIONS
+from cronctl.cli.joboptions import JobOptions
 
 AfterOpt = Annotated[Optional[List[str]], typer.Option("--after", help="Run after this job (not on a schedule), "
                                                        "repeatable.")]
 RequiresOpt = Annotated[Optional[str], typer.Option("--requires", help="With --after: success (default) | done.")]
 
 
-@app.command()
-def add(
-    name: Annotated[str, typer.Argument(help="Job name: [a-z0-9][a-z0-9._-]*")],
-    command: CommandArg = None,
+def _job_options(
     cron: CronOpt = None, every: EveryOpt = None, at: AtOpt = None, timezone: TzOpt = None,
     cwd: CwdOpt = None, env: EnvOpt = None, timeout: TimeoutOpt = None, kill_grace: GraceKillOpt = None,
     overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
@@ -67,36 +70,52 @@ def add(
     after: AfterOpt = None, requires: RequiresOpt = None,
     user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
     keep_log: KeepLogOpt = None,
-    allow_past: AllowPastOpt = False,
     alert_after: AlertAfterOpt = None, notify: NotifyOpt = None, notify_on: NotifyOnOpt = None,
+) -> None:
+    """The job options of add and edit, declared once: typer reads this signature (takes_job_options)."""
+
+
+def takes_job_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Gives a typer command the job options of `_job_options` in place of its `options`
+    parameter (typer builds the command line from the signature), and hands the values
+    typer parsed to it as one JobOptions (cli/joboptions.py)."""
+    own = inspect.signature(command, eval_str=True)
+    shared = list(inspect.signature(_job_options, eval_str=True).parameters.values())
+    assert [param.name for param in shared] == list(JobOptions.names())
+    parameters = [one for param in own.parameters.values() for one in (shared if param.name == "options" else [param])]
+
+    @functools.wraps(command)
+    def declared(**values: Any) -> None:
+        command(**JobOptions.gather(values))
+
+    del declared.__wrapped__  # typer must read the signature below, not the command's own
+    declared.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    declared.__annotations__ = {param.name: param.annotation for param in parameters}
+    return declared
+
+
+@app.command()
+@takes_job_options
+def add(
+    name: Annotated[str, typer.Argument(help="Job name: [a-z0-9][a-z0-9._-]*")],
+    command: CommandArg = None,
+    options: JobOptions = NO_OPTIONS,
+    allow_past: AllowPastOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Define a job.
 
     Example: cronctl add backup --cron "0 3 * * *" --tz Europe/Berlin -- "pg_dump db | gzip > /tmp/db.gz"
     """
-    jobcmds.add(name, command, json_out, allow_past,
-                cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
-                kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
-                retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-                on_failure=on_failure, paused=paused, after=after, requires=requires,
-                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log,
-                alert_after=alert_after, notify=notify, notify_on=notify_on)
+    job_actions.add(name, command, options, json_out, allow_past)
 
 
 @app.command()
+@takes_job_options
 def edit(
     name: Annotated[str, typer.Argument(help="Job to change.")],
     command: CommandArg = None,
-    cron: CronOpt = None, every: EveryOpt = None, at: AtOpt = None, timezone: TzOpt = None,
-    cwd: CwdOpt = None, env: EnvOpt = None, timeout: TimeoutOpt = None, kill_grace: GraceKillOpt = None,
-    overlap: OverlapOpt = None, catchup: CatchupOpt = None, starting_deadline: DeadlineOpt = None,
-    retries: RetriesOpt = None, retry_delay: RetryDelayOpt = None, repeat: RepeatOpt = None,
-    jitter: JitterOpt = None, grace: GraceOpt = None, on_failure: OnFailureOpt = None, paused: PausedOpt = None,
-    after: AfterOpt = None, requires: RequiresOpt = None,
-    user: UserOpt = None, env_file: EnvFileOpt = None, limits: LimitOpt = None, keep_runs: KeepRunsOpt = None,
-    keep_log: KeepLogOpt = None,
-    alert_after: AlertAfterOpt = None, notify: NotifyOpt = None, notify_on: NotifyOnOpt = None,
+    options: JobOptions = NO_OPTIONS,
     unset: Annotated[Optional[List[str]], typer.Option("--unset", help="Remove an optional field "
                                                        "(cwd, env, repeat, grace, ...), repeatable.")] = None,
     allow_past: AllowPastOpt = False,
@@ -106,13 +125,7 @@ def edit(
 
     Example: cronctl edit backup --cron "30 3 * * *" --timeout 2h
     """
-    jobcmds.edit(name, command, unset, json_out, allow_past,
-                 cron=cron, every=every, at=at, timezone=timezone, cwd=cwd, env=env, timeout=timeout,
-                 kill_grace=kill_grace, overlap=overlap, catchup=catchup, starting_deadline=starting_deadline,
-                 retries=retries, retry_delay=retry_delay, repeat=repeat, jitter=jitter, grace=grace,
-                 on_failure=on_failure, paused=paused, after=after, requires=requires,
-                user=user, env_file=env_file, limits=limits, keep_runs=keep_runs, keep_log=keep_log,
-                alert_after=alert_after, notify=notify, notify_on=notify_on)
+    job_actions.edit(name, command, options, unset, json_out, allow_past)
 
 
 @app.command()
@@ -125,7 +138,7 @@ def remove(
 
     Example: cronctl remove backup --force
     """
-    jobcmds.remove(name, force)
+    job_actions.remove(name, force)
 
 
 @app.command("list")
@@ -134,7 +147,7 @@ def list_cmd(json_out: JsonOpt = False) -> None:
 
     Example: cronctl list --json
     """
-    jobcmds.list_jobs(json_out)
+    job_actions.list_jobs(json_out)
 
 
 @app.command()
@@ -143,7 +156,7 @@ def show(name: Annotated[str, typer.Argument(help="Job to show.")], json_out: Js
 
     Example: cronctl show backup
     """
-    jobcmds.show(name, json_out)
+    job_actions.show(name, json_out)
 
 
 @app.command("next")
@@ -157,7 +170,7 @@ def next_cmd(
 
     Example: cronctl next backup -n 3 --from 2026-10-24T00:00:00+02:00
     """
-    jobcmds.next_fires(name, count, from_, json_out)
+    job_actions.next_fires(name, count, from_, json_out)
 
 
 @app.command()
@@ -174,7 +187,7 @@ def apply(
 
     Example: cronctl apply -f jobs.yaml --prune --dry-run
     """
-    jobcmds.apply(file, prune, dry_run, force, json_out, allow_past)
+    job_actions.apply(file, prune, dry_run, force, json_out, allow_past)
 
 
 @app.command()
@@ -206,7 +219,7 @@ def pause(name: Annotated[str, typer.Argument(help="Job to pause.")]) -> None:
 
     Example: cronctl pause backup
     """
-    jobcmds.pause(name)
+    job_actions.pause(name)
 
 
 @app.command()
@@ -219,4 +232,4 @@ def resume(
 
     Example: cronctl resume backup
     """
-    jobcmds.resume(name, all_jobs, json_out)
+    job_actions.resume(name, all_jobs, json_out)

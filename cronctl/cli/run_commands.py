@@ -1,5 +1,6 @@
-"""The commands about runs and what happened: audit, run, status, history, logs, force-run,
-kill. Registered on the app by cli/main.py.
+"""The typer declarations of the commands about runs and what happened: audit, run, status,
+history, logs, force-run, kill (their arguments, options and help). Registered on the app by
+cli/main.py. What `run`, `status`, `history` and `force-run` do is in cli/run_actions.py.
 
 Every command module is imported for every command, so each command imports the use-case
 module it calls inside its own body (the loop's modules are needed by `run` alone): a
@@ -13,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cronctl.cli import render, runcmds
+from cronctl.cli import render, run_actions
 from cronctl.cli.app import JsonOpt, app, finish, open_context
 from cronctl.cli.instants import parse_since as _since
 
@@ -82,7 +83,7 @@ def run(
 
     Example: cronctl run -f jobs.yaml --max-parallel 50
     """
-    finish(runcmds.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
+    finish(run_actions.run(file, once, standby, max_parallel, takeover_after, lease, metrics_file, quiet, http,
                        http_allow_remote, echo_output, forget_after=forget_after, http_token=http_token))
 
 
@@ -98,7 +99,7 @@ def status(
 
     Example: cronctl status --stale || alert "cron is stale"
     """
-    finish(runcmds.status(stale, json_out, watch, interval))
+    finish(run_actions.status(stale, json_out, watch, interval))
 
 
 @app.command()
@@ -118,7 +119,7 @@ def history(
 
     Example: cronctl history backup -n 5; cronctl history --since 1d --status failed
     """
-    runcmds.history(name, count, chain, json_out, since, status)
+    run_actions.history(name, count, chain, json_out, since, status)
 
 
 @app.command()
@@ -164,7 +165,7 @@ def force_run(
 
     Example: cronctl force-run backup --wait
     """
-    finish(runcmds.force_run(name, wait, chain, json_out, alone))
+    finish(run_actions.force_run(name, wait, chain, json_out, alone))
 
 
 @app.command()
