@@ -1,12 +1,16 @@
-"""Shared pieces of the runner tests: a result collector, a started supervisor, a request builder."""
+"""Shared pieces of the runner tests: a result collector, a started supervisor, a request builder,
+the live members of a process group."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from cronctl.proc.run import RunResult
 from cronctl.proc.spawn import RunRequest
@@ -49,3 +53,16 @@ def request(tmp_path: Path, command: str | tuple[str, ...], **overrides: Any) ->
     }
     fields.update(overrides)
     return RunRequest(**fields)
+
+
+def live_group_members(pgid: int) -> list[int]:
+    # Orphans killed here are reaped by init, which may take its time; a
+    # zombie left in the group has finished running all the same.
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members

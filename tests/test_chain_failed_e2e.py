@@ -8,20 +8,17 @@ from __future__ import annotations
 import errno
 import json
 import os
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.enginehelp import running_engine, tick_until
 from loophelp import audit_rows, cli, start_loop, stop, wait_ticking, wait_until
 
 from cronctl.clock import FakeClock
 from cronctl.context import Context
-from cronctl.loop.engine import Engine
 from cronctl.proc.spawn import spawn_session
-from cronctl.proc.supervisor import Supervisor
-from cronctl.store.claims import Owner
 
 pytestmark = pytest.mark.slow
 
@@ -77,21 +74,10 @@ def test_b_whose_child_cannot_be_spawned_fails_its_chain_once(home: Path, tmp_pa
             raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
         return spawn_session(path, argv, env, actions)
 
-    box: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda result: box[0].on_result(result), spawn=spawn)
-    engine = Engine(ctx, supervisor, Owner("gen-test", os.getpid(), 1.0, "boot"))
-    box.append(engine)
-    supervisor.start()
-    try:
+    with running_engine(ctx, spawn=spawn) as engine:
         ctx.leases.force_chain("a", clock.now())  # what `force-run a` records for the loop
-        deadline = time.monotonic() + 60
-        while not audit_rows(home, "chain.finished") and time.monotonic() < deadline:
-            engine.wake.wait(0.2)
-            engine.wake.clear()
-            engine.tick()
+        tick_until(engine, lambda: audit_rows(home, "chain.finished"), 60)
         for _ in range(3):  # a released node would be claimed (and refused) again here
             engine.tick()
-    finally:
-        supervisor.shutdown(wait=20)
     assert len(audit_rows(home, "run.spawn_failed", "b")) == 1, "refused once, not claimed again every tick"
     check_failed_by_b(home, "not_started")

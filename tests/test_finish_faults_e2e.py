@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.faulthelp import strace_or_skip
 from loophelp import audit_rows, cli, store, wait_until
 
 from tests.conftest import cronctl_bin, subprocess_env
@@ -29,13 +29,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def strace() -> str:
-    path = shutil.which("strace")
-    if path is None:
-        pytest.skip("strace is not installed: the fault cannot be injected")
-    probe = subprocess.run([path, "-o", "/dev/null", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here (ptrace not permitted?): {probe.stderr.strip()}")
-    return path
+    return strace_or_skip("strace is not installed: the fault cannot be injected")
 
 
 def cli_under(home: Path, prefix: list[str], *args: str, env: dict[str, str] | None = None,

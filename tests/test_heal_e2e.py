@@ -273,23 +273,18 @@ def test_deadline_janitor_ends_a_real_run_whose_runner_timer_is_disabled(home: P
     """The runner-side timeout is switched off (a seam); the janitor must end the run for real."""
     from cronctl.store.claims import Owner
     from cronctl.context import Context
-    from cronctl.loop.engine import Engine
     from cronctl.loop.heal import DEADLINE_SLACK, Liveness, heal_pass
     from cronctl.proc.identity import boot_id, identify
-    from cronctl.proc.supervisor import Supervisor
     from cronctl.proc.kill import kill_run_processes
+    from tests.enginehelp import running_engine
 
     assert cli(home, "add", "stuck", "--every", "1s", "--timeout", "1s", "--kill-grace", "1s", "--",
                "trap '' TERM; sleep 300").returncode == 0
     ctx = Context.open(home)
-    engines: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda r: engines[0].on_result(r), timeouts_enabled=False)
     me = identify(os.getpid())
     assert me is not None
-    engine = Engine(ctx, supervisor, Owner("janitor-test", os.getpid(), me.start_time, boot_id()))
-    engines.append(engine)
-    supervisor.start()
-    try:
+    owner = Owner("janitor-test", os.getpid(), me.start_time, boot_id())
+    with running_engine(ctx, owner, timeouts_enabled=False) as engine:
         run_id = wait_until(lambda: (engine.tick(), list(engine.active))[1], 20)[0]
         assert wait_until(lambda: processes_with_run_id(run_id), 10)
         time.sleep(2.5)  # far past timeout + kill_grace: only the disabled runner timer keeps it alive
@@ -304,5 +299,3 @@ def test_deadline_janitor_ends_a_real_run_whose_runner_timer_is_disabled(home: P
         assert len(rows) == 1
         finished = [r for r in audit_rows(home, "run.finished", "stuck") if r["run_id"] == run_id]
         assert finished[0]["status"] == "timeout" and finished[0]["reason"] == "deadline_janitor"
-    finally:
-        supervisor.shutdown(wait=30)

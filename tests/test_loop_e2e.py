@@ -26,15 +26,13 @@ import pytest
 from cronctl.store import history as history_mod
 from cronctl.ops import definitions as ops
 from cronctl.store.audit import AuditLog
-from cronctl.store.claims import Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
-from cronctl.loop.engine import Engine
 from cronctl.errors import StoreError
 from cronctl.proc.spawn import spawn_session
-from cronctl.proc.supervisor import Supervisor
 from cronctl.store.jsonstore import Store
 from cronctl.timefmt import from_iso, to_iso
+from tests.enginehelp import running_engine, tick_until
 from tests.conftest import cronctl_bin, subprocess_env
 from tests.loophelp import is_guard
 
@@ -536,12 +534,7 @@ def test_a_spawn_failure_is_audited_releases_the_claim_and_the_next_slot_fires_n
             raise failures.pop()
         return spawn_session(path, argv, env, actions)
 
-    box: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda result: box[0].on_result(result), spawn=spawn)
-    engine = Engine(ctx, supervisor, Owner("gen-test", os.getpid(), 1.0, "boot"))
-    box.append(engine)
-    supervisor.start()
-    try:
+    with running_engine(ctx, spawn=spawn) as engine:
         clock.advance(1.0)
         first = engine.tick()
         state = ctx.store.read()["jobs"]["flaky"]["state"]
@@ -554,13 +547,7 @@ def test_a_spawn_failure_is_audited_releases_the_claim_and_the_next_slot_fires_n
         clock.advance(1.0)
         second = engine.tick()
         assert second.claimed == 1 and len(engine.active) == 1
-        deadline = time.monotonic() + 20
-        while engine.active and time.monotonic() < deadline:
-            engine.wake.wait(0.5)
-            engine.wake.clear()
-            engine.tick()
-    finally:
-        supervisor.shutdown(wait=20)
+        tick_until(engine, lambda: not engine.active, 20, step=0.5)
     done = history_mod.read_records(ctx.paths, "flaky")
     assert [(r["status"], r["slot"]) for r in done if r["status"] == "success"] == [("success", to_iso(clock.now()))]
     assert ctx.store.read()["jobs"]["flaky"]["state"]["claims"] == {}
@@ -579,23 +566,16 @@ def test_results_that_cannot_be_written_are_kept_and_recorded_on_a_later_tick(ho
 
     ctx = Context(paths, Store(paths, fault=fault), AuditLog(paths.audit), clock)
     ops.add_job(ctx, ops.spec_from_options("steady", {"every": "1h", "command": "echo ok"}))
-    box: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda result: box[0].on_result(result))
-    engine = Engine(ctx, supervisor, Owner("gen-test", os.getpid(), 1.0, "boot"))
-    box.append(engine)
-    supervisor.start()
-    try:
+    with running_engine(ctx) as engine:
         clock.advance(3600)
         assert engine.tick().claimed == 1
-        assert supervisor.wait_idle(20), "the run did not end"
+        assert engine.supervisor.wait_idle(20), "the run did not end"
         broken.append("write")
         with pytest.raises(StoreError):
             engine.tick()
         assert engine.active, "a result that was not written is not forgotten"
         broken.clear()
         assert engine.tick().finished == 1
-    finally:
-        supervisor.shutdown(wait=20)
     assert engine.active == {}
     assert ctx.store.read()["jobs"]["steady"]["state"]["claims"] == {}
     assert [r["status"] for r in history_mod.read_records(paths, "steady")] == ["success"]
@@ -615,21 +595,14 @@ def test_runs_whose_dispatch_cannot_be_written_never_start_and_release_their_cla
     ctx = Context(paths, Store(paths, fault=fault), AuditLog(paths.audit), clock)
     marker = home / "ran"
     ops.add_job(ctx, ops.spec_from_options("gated", {"every": "1h", "command": f"touch {marker}"}))
-    box: list[Engine] = []
-    supervisor = Supervisor(on_result=lambda result: box[0].on_result(result))
-    engine = Engine(ctx, supervisor, Owner("gen-test", os.getpid(), 1.0, "boot"))
-    box.append(engine)
-    supervisor.start()
-    try:
+    with running_engine(ctx) as engine:
         clock.advance(3600)
         writes_left.append(1)  # the claim is written, the dispatch is not
         with pytest.raises(StoreError):
             engine.tick()
         writes_left.clear()
-        assert supervisor.wait_idle(20), "a gated run was left waiting"
+        assert engine.supervisor.wait_idle(20), "a gated run was left waiting"
         engine.tick()
-    finally:
-        supervisor.shutdown(wait=20)
     assert engine.active == {}
     assert ctx.store.read()["jobs"]["gated"]["state"]["claims"] == {}
     assert [(r["status"], r["reason"]) for r in history_mod.read_records(paths, "gated")] == [

@@ -9,7 +9,6 @@ loop killed while children wait at their gates (a real `cronctl run`).
 from __future__ import annotations
 
 import json
-import os
 import signal
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -20,13 +19,12 @@ import pytest
 
 from cronctl.store import history as history_mod
 from cronctl.ops import definitions as ops
-from cronctl.store.claims import Owner
 from cronctl.clock import FakeClock
 from cronctl.context import Context
 from cronctl.loop.engine import Engine, EngineOptions
-from cronctl.proc.supervisor import Supervisor
 from cronctl.loop.scheduler import LoopOptions, Scheduler
 from cronctl.timefmt import from_iso, to_iso
+from tests.enginehelp import wired_engine
 from tests.loophelp import audit_rows, start_loop, stop, wait_until
 
 pytestmark = pytest.mark.slow
@@ -39,9 +37,8 @@ class Rig:
         self.clock = FakeClock(datetime.now(timezone.utc).replace(microsecond=0))
         self.ctx = Context.open(home, clock=self.clock)
         self.ctx.audit.clock = self.clock
-        self.supervisor = Supervisor(on_result=lambda result: self.engine.on_result(result))
-        self.engine = Engine(self.ctx, self.supervisor, Owner("gen-test", os.getpid(), 1.0, "boot"),
-                             EngineOptions(prespawn_lead=LEAD))
+        self.engine = wired_engine(self.ctx, options=EngineOptions(prespawn_lead=LEAD))
+        self.supervisor = self.engine.supervisor
         self.supervisor.start()
 
     def add(self, name: str, command: str, every: str = "1h") -> datetime:

@@ -17,6 +17,7 @@ from cronctl.proc import identity as procs
 from cronctl.proc.find import find_run_processes
 from cronctl.proc.identity import ProcIdentity
 from cronctl.proc.kill import terminate_run
+from tests.runnerhelp import live_group_members
 
 pytestmark = pytest.mark.slow
 
@@ -73,19 +74,6 @@ def wait_until(predicate: object, timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return bool(predicate())  # type: ignore[operator]
-
-
-def live_group_members(pgid: int) -> list[int]:
-    # Orphans killed here are reaped by init, which may take its time; a
-    # zombie left in the group has finished running all the same.
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return members
 
 
 def pids(processes: list[psutil.Process]) -> set[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from runnerhelp import Results, request  # the results and supervisor fixtures live in conftest.py
+from runnerhelp import Results, live_group_members, request  # the results and supervisor fixtures live in conftest.py
 
 from cronctl.proc import identity as procs
 from cronctl.proc.find import find_run_processes
@@ -38,19 +37,6 @@ def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.
             return True
         time.sleep(step)
     return bool(predicate())
-
-
-def live_group_members(pgid: int) -> list[int]:
-    # Orphans killed here are reaped by init, which may take its time; a
-    # zombie left in the group has finished running all the same.
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return members
 
 
 def zombie_children() -> list[psutil.Process]:

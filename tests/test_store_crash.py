@@ -5,13 +5,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.faulthelp import strace_or_skip
 from store_helpers import STORE_ERROR_EXIT, run_worker, seed, temp_files
 
 from cronctl.errors import StoreWriteError
@@ -70,13 +70,7 @@ def test_a_writer_killed_at_any_step_leaves_the_old_or_the_new_document(paths: P
 
 @pytest.fixture
 def strace() -> str:
-    path = shutil.which("strace")
-    if path is None:
-        pytest.skip("strace is not installed, so fsync cannot be made to fail with EIO")
-    probe = subprocess.run([path, "-o", "/dev/null", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here (ptrace not permitted?): {probe.stderr.strip()}")
-    return path
+    return strace_or_skip("strace is not installed, so fsync cannot be made to fail with EIO")
 
 
 def fsync_fails(strace: str, which: int) -> list[str]:
