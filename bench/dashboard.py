@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bench_env, cronctl_cmd, new_workdir, pct, populate  # noqa: E402
-from tests.browserhelp import missing, start_browser  # noqa: E402
+from tests.helpers.browserhelp import missing, start_browser  # noqa: E402
 
 RECORD = ('{{"attempt": 1, "duration": {dur}, "ended_at": "{end}", "exit_code": {code}, "job": "{job}", '
           '"late": {late}, "output_tail": "{out}", "reason": {reason}, "run_id": "{rid}", "slot": "{slot}", '

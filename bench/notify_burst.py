@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import fmt, machine_note, median, new_workdir, pct, start_loop, stop_loop, table, wait_for, wait_ticking
 
-from tests.receivers import Receiver
+from tests.helpers.receivers import Receiver
 
 LEAD_S = 15.0  # the instant is this far after the store is written: the loop starts first
 

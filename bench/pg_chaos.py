@@ -76,7 +76,7 @@ import chaos_chains  # noqa: E402
 import psycopg  # noqa: E402
 from chaos_procs import Leftovers  # noqa: E402
 
-from tests import pgserver  # noqa: E402
+from tests.helpers import pgserver  # noqa: E402
 from tests.pg.stallproxy import StallProxy  # noqa: E402
 
 LEASE_S = 9.0  # the shortest the jobs' kill_grace (1 s) allows: 1 + 3 renewals + 5 (loop/fence.py)

@@ -9,7 +9,7 @@ again (not timed), then times on the client, over loopback, through `PgLeaseStor
 and p90 of each step and of the three together, per size; then of an idle loop's beat
 (`beat`: one registered loop, nothing due).
 
-The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
+The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/helpers/pgserver.py),
 stopped at the end; `--fsync` makes that one flush its WAL at every commit, as a
 production server does. `--api lease` is the only API (and the default); the option stays
 so that command lines written for it keep working.
@@ -41,10 +41,9 @@ from datetime import timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-import pgserver  # noqa: E402
+from tests.helpers import pgserver  # noqa: E402
 import psycopg  # noqa: E402
 
 from cronctl.jobs.state import entry_from, new_state  # noqa: E402

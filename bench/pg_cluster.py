@@ -1,6 +1,6 @@
 """The PostgreSQL store side by side (issue 11, item 7): lateness, claim cost, idle, takeover, reconnect.
 
-One throwaway PostgreSQL server (tests/pgserver.py, with pg_stat_statements loaded when
+One throwaway PostgreSQL server (tests/helpers/pgserver.py, with pg_stat_statements loaded when
 the contrib module is installed) serves every part; each part works in a fresh database
 of it, so no part sees another's rows or commits.
 
@@ -56,8 +56,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import lateness  # noqa: E402 - the scripts beside this one
-import pg_claim  # noqa: E402 - puts tests/ on the path: pgserver below is the same module it uses
-import pgserver  # noqa: E402
+import pg_claim  # noqa: E402 - puts the repository on the path
+from tests.helpers import pgserver  # noqa: E402
 import psycopg  # noqa: E402
 from _common import (  # noqa: E402
     PYTHON,
@@ -76,7 +76,7 @@ from _common import (  # noqa: E402
 
 from cronctl.store.pg.connect import connect, parse_store_url  # noqa: E402
 from cronctl.store.pg.schema import ensure_schema  # noqa: E402
-from tests.loophelp import processes_with_run_id  # noqa: E402
+from tests.helpers.loophelp import processes_with_run_id  # noqa: E402
 from tests.pg.clusterhelp import seed, start_host_loop  # noqa: E402
 
 PARTS = ("lateness", "claim", "idle", "takeover", "reconnect")

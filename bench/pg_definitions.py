@@ -16,7 +16,7 @@ Prints medians (and p90) per step and size, and the ratio of each step at the la
 size to the same step at the smallest. Then `apply -f` of a file of `--apply-jobs` new
 jobs into an empty database, as a command (median of `--apply-rounds`).
 
-The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py),
+The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/helpers/pgserver.py),
 stopped at the end.
 
 `--before DIR` also runs the same commands of an older source tree (`git archive COMMIT |
@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 import psycopg  # noqa: E402

@@ -11,7 +11,7 @@ Prints the median and p90 of each, and the median over the floor's.
 `list NAME-PREFIX` (issue 21) is measured as `list`: the command takes no name argument,
 so it lists every job.
 
-The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/pgserver.py).
+The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/helpers/pgserver.py).
 
 Usage: python bench/pg_reads.py [--jobs 100000] [--rounds 5] [--runs 20]
 """

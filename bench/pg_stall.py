@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from tests import pgserver  # noqa: E402
-from tests.loophelp import processes_with_run_id, stop, wait_until  # noqa: E402
+from tests.helpers import pgserver  # noqa: E402
+from tests.helpers.loophelp import processes_with_run_id, stop, wait_until  # noqa: E402
 from tests.pg.clusterhelp import one, run_cli, seed, start_host_loop  # noqa: E402
 from tests.pg.stallproxy import StallProxy  # noqa: E402
 

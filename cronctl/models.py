@@ -184,7 +184,7 @@ class JobSpec:
         Per job written or shown: 10,000 at once for `apply` and `list --json`. So the
         fields are copied in one comprehension and only those that can need it are
         converted or left out, rather than every field going through every test
-        (tests/test_models_speed.py compares it with the field-by-field way)."""
+        (tests/unit/test_models_speed.py compares it with the field-by-field way)."""
         values = self.__dict__  # every field is there, in field order unless set some other way
         out = dict(values) if tuple(values) == _SPEC_FIELD_ORDER else {name: values[name] for name in _SPEC_FIELD_ORDER}
         for name in DURATION_FIELDS:
@@ -241,7 +241,7 @@ class JobSpec:
         # Every read command rebuilds every job's spec (10,000 at once): the frozen
         # dataclass's __init__ sets its 23 fields one object.__setattr__ at a time, two
         # thirds of this method. The values are the same; only the way they are set differs
-        # (tests/test_models_speed.py compares both ways).
+        # (tests/unit/test_models_speed.py compares both ways).
         # In field order, as __init__ sets them: to_dict then copies the dict whole.
         values = {**_SPEC_TEMPLATE, **kwargs}
         for name, make in _SPEC_FACTORIES:

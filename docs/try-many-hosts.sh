@@ -7,12 +7,12 @@ set -euo pipefail
 cronctl=.venv/bin/cronctl
 .venv/bin/pip install -q -e '.[postgres]'  # the PostgreSQL driver (psycopg)
 
-eval "$(python3 tests/pgserver.py start)"
+eval "$(python3 tests/helpers/pgserver.py start)"
 cleanup() {
   local loops
   loops=$(jobs -p)
   [ -z "$loops" ] || { kill $loops 2>/dev/null || true; wait $loops 2>/dev/null || true; }
-  python3 tests/pgserver.py stop "$CRONCTL_TEST_PG_DIR"
+  python3 tests/helpers/pgserver.py stop "$CRONCTL_TEST_PG_DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.receivers import Receiver
+from tests.helpers.receivers import Receiver
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,16 +87,16 @@ def subprocess_env(home: Path) -> dict[str, str]:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    """A local HTTP receiver answering 200 (tests/receivers.py), stopped after the test."""
+    """A local HTTP receiver answering 200 (tests/helpers/receivers.py), stopped after the test."""
     server = Receiver()
     yield server
     server.stop()
 
 
-# The runner tests' fixtures (tests/runnerhelp.py has the pieces).
+# The runner tests' fixtures (tests/helpers/runnerhelp.py has the pieces).
 @pytest.fixture
 def results():  # type: ignore[no-untyped-def]
-    from runnerhelp import Results
+    from tests.helpers.runnerhelp import Results
 
     return Results()
 

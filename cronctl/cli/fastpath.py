@@ -13,7 +13,7 @@ parsed its arguments.
 Only what the table says for certain is taken here: an unknown option, `--help`, a
 missing value, a repeated option, a number that is not plain digits or is out of range,
 an option value that starts with `-`, a PostgreSQL store, anything unusual goes to the
-typer app, which owns every usage error. tests/test_fastpath.py checks the table
+typer app, which owns every usage error. tests/cli/test_fastpath.py checks the table
 against typer's own command tree (names, kinds, limits, defaults) and compares both
 ways byte for byte.
 """

@@ -142,7 +142,7 @@ def _check_expansion(root: yaml.Node) -> None:
 
 
 # Where libyaml reads a document differently from PyYAML (found by comparing the two on
-# generated documents, tests/test_jobfile_loaders.py): it takes a tab where PyYAML refuses
+# generated documents, tests/unit/test_jobfile_loaders.py): it takes a tab where PyYAML refuses
 # one, strips every leading BOM (PyYAML one), reads a bare `!` tag as '' (PyYAML None) and
 # takes a `#` right after a block scalar's `|` or `>`. A text with any of these goes to PyYAML.
 # So does one with a flow collection and a `?`: inside `{...}` or `[...]`, libyaml reads

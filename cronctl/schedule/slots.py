@@ -44,7 +44,7 @@ def slots_from(spec: JobSpec, first: datetime) -> Iterator[datetime]:
     On an `every` grid of whole milliseconds from a UTC slot on a millisecond, each slot
     is the one before plus the interval, exactly: `next` of 10,000 jobs asks for 50,000
     slots, and the general step (grid arithmetic, then the store's rounding) was a fifth
-    of it. tests/test_slots_from.py compares both ways."""
+    of it. tests/unit/test_slots_from.py compares both ways."""
     yield first
     step = round(spec.every * 1_000_000) if spec.every is not None and spec.cron is None else 0
     if step > 0 and step % 1000 == 0 and first.tzinfo is timezone.utc and first.microsecond % 1000 == 0:

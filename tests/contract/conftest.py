@@ -6,7 +6,7 @@ a job (definitions are not the lease interface's business), the audit rows it wr
 hand edit of a job's state (what a clock step or an older version could leave), a count
 of the run ends still pending delivery, and a way to make a writer die right after its
 commit (nothing after the commit runs). `postgres` gets a fresh migrated database per test from the
-fixtures of tests/pgfixtures.py (skipped with the reason when no server can be started, failed under CI).
+fixtures of tests/helpers/pgfixtures.py (skipped with the reason when no server can be started, failed under CI).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from cronctl.store.pg.jobs import put_entry, set_paused
 from cronctl.store.pg.leases import PgLeaseStore
 from cronctl.store.pg.unit import PgUnits
 from cronctl.timefmt import to_iso
-from tests import pgfixtures
+from tests.helpers import pgfixtures
 
 # The shared PostgreSQL fixtures (a fresh database per test), registered by name here.
 pg_server_url = pgfixtures.pg_server_url

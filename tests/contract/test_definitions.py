@@ -17,7 +17,7 @@ from cronctl.errors import ConflictError
 from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import AuditEvent, JobSpec
 from cronctl.store.pg.connect import parse_store_url
-from tests import pgfixtures
+from tests.helpers import pgfixtures
 
 pg_server_url = pgfixtures.pg_server_url
 pg_url = pgfixtures.pg_url

@@ -1,4 +1,4 @@
-"""Fixtures of the PostgreSQL tests: the server and fresh databases of tests/pgfixtures.py, and connections."""
+"""Fixtures of the PostgreSQL tests: the server and fresh databases of tests/helpers/pgfixtures.py, and connections."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cronctl.store.pg.connect import Connection, connect, parse_store_url
-from tests import pgfixtures, pgserver
+from tests.helpers import pgfixtures, pgserver
 
 # The shared PostgreSQL fixtures (a fresh database per test), registered by name here.
 pg_server_url = pgfixtures.pg_server_url

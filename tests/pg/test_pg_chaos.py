@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from tests import pgserver
+from tests.helpers import pgserver
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ def test_a_loop_whose_connection_is_terminated_mid_write_recovers_and_leaves_not
     stop; with every loop so, nothing reclaimed the runs. Here the loop's backend is terminated
     just after its write of audit rows reached the server, twenty times over (the loop reaches the
     server through a proxy that holds the answer meanwhile); it must come back each time."""
-    from tests.loophelp import stop, wait_until
+    from tests.helpers.loophelp import stop, wait_until
     from tests.pg.clusterhelp import one, rows, seed, start_host_loop
     from tests.pg.stallproxy import stall_proxy
 

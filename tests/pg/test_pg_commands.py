@@ -361,7 +361,7 @@ def test_concurrent_adds_of_one_name_land_once_and_the_other_is_told(store_url: 
 @pytest.mark.slow
 def test_every_json_output_on_postgres_matches_its_schema(cli: Cli, store_url: str, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_json_schemas import check
+    from tests.cli.test_json_schemas import check
 
     monkeypatch.setenv("CRONCTL_STORE", store_url)
     jobs_file = tmp_path / "jobs.yaml"

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import cast
 
-import pgserver
+from tests.helpers import pgserver
 import psycopg
 import pytest
 

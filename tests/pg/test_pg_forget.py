@@ -17,7 +17,7 @@ import pytest
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.forget import forget_silent
 from cronctl.store.pg.loops import LoopIdentity, register
-from tests.loophelp import stop, wait_until
+from tests.helpers.loophelp import stop, wait_until
 from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
 
 JOBS = """

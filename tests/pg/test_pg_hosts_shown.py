@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loophelp import stop, wait_until
+from tests.helpers.loophelp import stop, wait_until
 from tests.pg.clusterhelp import run_cli, seed, start_host_loop
 
 pytestmark = pytest.mark.slow

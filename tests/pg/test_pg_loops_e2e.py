@@ -17,8 +17,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests import pgserver
-from tests.loophelp import kill_hard_with_guards, processes_with_run_id, stop, wait_until
+from tests.helpers import pgserver
+from tests.helpers.loophelp import kill_hard_with_guards, processes_with_run_id, stop, wait_until
 from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.loophelp import stop, wait_until
+from tests.helpers.loophelp import stop, wait_until
 from tests.pg.clusterhelp import one, rows, run_cli, seed, start_host_loop
-from tests.receivers import Receiver
+from tests.helpers.receivers import Receiver
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loophelp import processes_with_run_id, stop, wait_until
+from tests.helpers.loophelp import processes_with_run_id, stop, wait_until
 from tests.pg.clusterhelp import one, rows, seed, start_host_loop
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.loophelp import wait_until
+from tests.helpers.loophelp import wait_until
 from tests.pg.clusterhelp import host_env, rows, seed
-from tests.secrethelp import PASSWORD, PLANTED, files_with, texts_with
+from tests.helpers.secrethelp import PASSWORD, PLANTED, files_with, texts_with
 
 pytestmark = pytest.mark.slow
 

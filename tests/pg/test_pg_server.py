@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import pgserver
+from tests.helpers import pgserver
 import psycopg
 import pytest
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loophelp import processes_with_run_id, stop, wait_until
+from tests.helpers.loophelp import processes_with_run_id, stop, wait_until
 from tests.pg.clusterhelp import CRONCTL, host_env, one, rows, run_cli, seed, start_host_loop
 from tests.pg.stallproxy import StallProxy, stall_proxy
 

@@ -23,7 +23,7 @@ from cronctl.store.pg.connect import Connection, connect, parse_store_url
 from cronctl.store.pg.deadline import StoreDeadlineError
 from cronctl.store.pg.loops import LoopIdentity
 from cronctl.store.pg.stuck import end_stuck_sessions
-from tests.loophelp import stop, wait_until
+from tests.helpers.loophelp import stop, wait_until
 from tests.pg.clusterhelp import one, rows, seed, start_host_loop
 from tests.pg.stallproxy import stall_proxy
 
