@@ -50,6 +50,7 @@ from cronctl.clock import SystemClock  # noqa: E402
 from cronctl.context import Context  # noqa: E402
 from cronctl.jobs.state import new_state  # noqa: E402
 from cronctl.models import JobSpec  # noqa: E402
+from cronctl.store.pg.backend import PgBackend  # noqa: E402
 from cronctl.store.pg.connect import parse_store_url  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -124,9 +125,9 @@ def one_round(ctx: Context, timer: DbTimer) -> dict[str, tuple[float, float]]:
 
 def in_process(db_url: str, rounds: int) -> dict[str, list[tuple[float, float]]]:
     ctx = Context.open(Path(tempfile.mkdtemp(prefix="cronctl-bench-defs-")), store_url=parse_store_url(db_url))
-    assert ctx.pg is not None
+    assert isinstance(ctx.backend, PgBackend)
     timer = DbTimer()
-    timer.wrap(ctx.pg.conn())
+    timer.wrap(ctx.backend.session.conn())
     for _ in range(3):  # warm the connection and the caches
         one_round(ctx, timer)
     times: dict[str, list[tuple[float, float]]] = {"add": [], "edit": [], "remove": []}

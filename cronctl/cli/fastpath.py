@@ -115,7 +115,7 @@ class _Unsure(Exception):
 def parse(argv: list[str]) -> Invocation | None:
     """The command and its values, or None for anything the table does not say for certain."""
     if os.environ.get("CRONCTL_STORE"):
-        return None  # the PostgreSQL store: the full CLI reads it (store/backends.py)
+        return None  # the PostgreSQL store: the full CLI reads it (store/backend.py)
     try:
         home, rest = _global_options(argv)
         if not rest or rest[0] not in COMMANDS:

@@ -29,7 +29,7 @@ def doctor(
 
     ctx = open_context()
     repaired = doctor_mod.repair(ctx.paths, ctx.store) if repair else []
-    findings = doctor_mod.examine(ctx.paths, ctx.store, ctx.clock.now())
+    findings = doctor_mod.examine(ctx.paths, ctx.store, ctx.clock.now(), ctx.cluster)
     if json_out:
         render.print_json({"repaired": repaired, "findings": [f.to_dict() for f in findings],
                            "action_needed": doctor_mod.needs_action(findings)})

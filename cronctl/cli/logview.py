@@ -162,7 +162,7 @@ def _follow_file(ctx: Context, out: JobOutput, run: logread.RunLog, offset: int)
 
 def follow_all(ctx: Context, *, polls: int | None = None, out: JobOutput | None = None) -> None:
     """`logs --all -f`: every job's new output, each line as `JOB RUN | line`, until Ctrl-C."""
-    if ctx.on_postgres:
+    if ctx.cluster is not None:
         render.warn(f"following the runs of this host ({socket.gethostname()}) only: runs on other hosts write "
                     "their logs in their own homes (run 'cronctl logs --all -f' there)")
     follower = logread.LogFollower(ctx.paths.runs_dir)

@@ -143,7 +143,7 @@ def _loop_setup(file: Path | None) -> Any:
     script = Path(sys.argv[0]).absolute()
     command = (str(script),) if script.name == "cronctl" and script.exists() else (sys.executable, "-m", "cronctl")
     ctx = open_context()
-    store = ctx.store_url.without_password if ctx.store_url is not None else None
+    store = ctx.backend.url.without_password if ctx.backend.url is not None else None
     return LoopSetup(command, ctx.paths.home, file.absolute() if file else None, store)
 
 

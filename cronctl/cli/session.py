@@ -31,7 +31,7 @@ def open_context() -> Context:
     # Imported here: the store and audit modules are not needed by --help, validate or export -f.
     from cronctl.context import Context
     from cronctl.paths import resolve_home
-    from cronctl.store.backends import selected_url
+    from cronctl.store.backend import selected_url
 
     return Context.open(resolve_home(state["home"]), clock=state["clock"],
                         store_url=selected_url(state["store"], os.environ))
@@ -47,8 +47,5 @@ def open_store_context() -> Context:
     """A context whose store is known to parse: a command that needs the store fails
     on a corrupt one (exit 1, naming the file) even when it would not otherwise read it."""
     ctx = open_context()
-    if ctx.on_postgres:
-        _ = ctx.leases  # connects and checks the schema: an unreachable database fails here
-    else:
-        ctx.store.read()
+    ctx.backend.ensure_readable()  # on PostgreSQL: connects and checks the schema
     return ctx

@@ -1,7 +1,8 @@
 """The loop's side of a PostgreSQL store (SPEC §9): one member of a leaderless cluster.
 
 Every loop claims; the database arbitrates (store/pg/leases.py). What is left to the loop
-is being a good member, and this module is that:
+is being a good member, and this module is that, through the store's `Cluster`
+(store/cluster.py, on PostgreSQL store/pg/cluster.py):
 
 - its row in `cronctl_loops`, registered at start and marked stopped at the end;
 - one `beat` per tick, the whole idle cost: heartbeat, skew, the next due instants (fed
@@ -25,21 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from cronctl.clock import Clock
 from cronctl.errors import CronctlError
 from cronctl.loop.heal import Liveness
 from cronctl.models import AuditEvent
 from cronctl.proc.identity import ProcIdentity, is_alive
 from cronctl.store.claims import DEFAULT_LEASE
-from cronctl.store.pg import loops, requests
-from cronctl.store.pg.connect import StoreUnreachableError
-from cronctl.store.pg.dbclock import SKEW_AUDIT_THRESHOLD_S
-from cronctl.store.pg.deadline import StoreDeadlineError
-from cronctl.store.pg.leases import PgLeaseStore
-from cronctl.store.pg.loops import LoopIdentity
-from cronctl.store.pg.stuck import end_stuck_sessions
+from cronctl.store.cluster import FORCE_RUN, OUTAGE_ERRORS, SKEW_AUDIT_THRESHOLD_S, Beat, Cluster, LoopIdentity, Request
 from cronctl.timefmt import from_iso
 
 if TYPE_CHECKING:
@@ -52,8 +45,6 @@ SWEEP_EVERY_S = 10.0
 # Retries after a failed beat: 0.1 s doubling to this cap, so a database that is back is
 # seen within it (SPEC §9: a loop reconnects within 5 s).
 BACKOFF_CAP_S = 2.0
-# A round trip past its deadline (store/pg/deadline.py) is an outage like a refused connection.
-OUTAGE_ERRORS = (psycopg.Error, StoreUnreachableError, StoreDeadlineError)
 # SPEC §9: skew is measured only from round trips shorter than this; a slow one (a stall that
 # ended, a busy server) says more about the network than about the clocks.
 SKEW_ROUND_TRIP_MAX_S = 0.5
@@ -67,8 +58,8 @@ class ClusterDueIndex:
     is an empty document.
     """
 
-    def __init__(self, leases: PgLeaseStore) -> None:
-        self.leases = leases
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self.next_due: datetime | None = None
         self.next_ahead: datetime | None = None
         self.ahead_count = 0
@@ -76,15 +67,14 @@ class ClusterDueIndex:
         self.doc: dict[str, Any] = {"jobs": {}}
         self._stale = True
 
-    def feed(self, beat: loops.Beat) -> None:
+    def feed(self, beat: Beat) -> None:
         self.next_due, self.next_ahead, self.ahead_count = beat.next_due, beat.next_ahead, beat.ahead_count
         self._stale = False
 
     def refresh(self) -> None:
         if not self._stale:
             return
-        with self.leases.lock:
-            self.next_due, self.next_ahead, self.ahead_count, self.job_count = loops.next_instants(self.leases.conn)
+        self.next_due, self.next_ahead, self.ahead_count, self.job_count = self.cluster.next_instants()
         self._stale = False
 
     def invalidate(self) -> None:
@@ -127,15 +117,15 @@ class Outage:
 class ClusterMember:
     """This loop in the cluster (see the module doc). Used on the tick thread only."""
 
-    def __init__(self, leases: PgLeaseStore, clock: Clock, host: str, boot: str, pid: int, pid_start: float,
+    def __init__(self, cluster: Cluster, clock: Clock, host: str, boot: str, pid: int, pid_start: float,
                  home: str, say: Callable[[str], None] = lambda message: None,
                  lease_s: float = DEFAULT_LEASE) -> None:
-        self.leases = leases
+        self.store = cluster
         self.lease_s = lease_s
         self.clock = clock
         self.me = LoopIdentity(uuid.uuid4(), host, boot, pid, pid_start)
         self.home = home
-        self.due = ClusterDueIndex(leases)
+        self.due = ClusterDueIndex(cluster)
         self.skew_s = 0.0
         self.outage: Outage | None = None
         self.needs_healing = True  # the first tick sweeps
@@ -147,13 +137,11 @@ class ClusterMember:
     # --- life --------------------------------------------------------------------------
 
     def register(self) -> None:
-        with self.leases.lock:
-            loops.register(self.leases.conn, self.me, self.home)
+        self.store.register(self.me, self.home)
 
     def stop(self) -> None:
         try:
-            with self.leases.lock:
-                loops.mark_stopped(self.leases.conn, self.me)
+            self.store.mark_stopped(self.me)
         except OUTAGE_ERRORS as exc:  # its heartbeat ages: `status` shows it unreachable, then forgets it
             print(f"cronctl: could not mark this loop stopped in the store: {exc}", file=sys.stderr)
 
@@ -173,10 +161,7 @@ class ClusterMember:
             return False
         wall_before = self.clock.now()
         try:
-            with self.leases.lock:
-                beat = loops.beat(self.leases.conn, self.me, self.skew_s, LEASE_MARGIN_S)
-                if not beat.registered:
-                    loops.register(self.leases.conn, self.me, self.home)
+            beat = self.store.beat(self.me, self.skew_s, LEASE_MARGIN_S, self.home)  # registers again if gone
         except OUTAGE_ERRORS as exc:
             self._lost(mono, exc)
             return False
@@ -199,9 +184,8 @@ class ClusterMember:
         self.skew_s = (db_now - local_mid).total_seconds()
         over = abs(self.skew_s) > SKEW_AUDIT_THRESHOLD_S
         if over and not self._skew_audited:
-            with self.leases.lock:
-                loops.audit(self.leases.conn, self.me, AuditEvent.CLUSTER_CLOCK_SKEW, skew_s=round(self.skew_s, 3),
-                            round_trip_s=round(round_trip, 4))
+            self.store.audit(self.me, AuditEvent.CLUSTER_CLOCK_SKEW, skew_s=round(self.skew_s, 3),
+                             round_trip_s=round(round_trip, 4))
             print(f"cronctl: warning: this host's clock is {self.skew_s:+.1f}s off the database's; "
                   "due times and leases follow the database", file=sys.stderr)
         self._skew_audited = over
@@ -226,17 +210,14 @@ class ClusterMember:
         self.needs_healing = True
         self.due.invalidate()
         self._say(f"cronctl: the PostgreSQL store is reachable again after {lasted:.1f}s")
-        with self.leases.lock:
-            loops.audit(self.leases.conn, self.me, AuditEvent.CLUSTER_STORE_OUTAGE, unreachable_s=round(lasted, 3),
-                        error=error)
+        self.store.audit(self.me, AuditEvent.CLUSTER_STORE_OUTAGE, unreachable_s=round(lasted, 3), error=error)
 
     # --- sessions stuck on a gone client ----------------------------------------------------
 
     def end_stuck_sessions(self) -> int:
         """The healer's first step: end the sessions whose client is gone mid-protocol and
         whose transaction outlived this loop's lease plus margin (store/pg/stuck.py)."""
-        with self.leases.lock:
-            ended = end_stuck_sessions(self.leases.conn, self.me, self.lease_s + LEASE_MARGIN_S)
+        ended = self.store.end_stuck_sessions(self.me, self.lease_s + LEASE_MARGIN_S)
         for session in ended:
             print(f"cronctl: warning: ended PostgreSQL session {session.pid} ({session.application_name}): it has "
                   f"waited on its client inside a transaction open {session.transaction_s:g}s, longer than the "
@@ -250,20 +231,17 @@ class ClusterMember:
         """Take the requests this loop may serve and answer each (within a tick of the beat)."""
         if not self.requests_waiting:
             return 0
-        with self.leases.lock:
-            taken = requests.take(self.leases.conn, self.me.host_id, self.me.loop_id)
+        taken = self.store.take_requests(self.me.host_id, self.me.loop_id)
         for request in taken:
-            outcome = _serve(engine, request)
-            with self.leases.lock:
-                requests.answer(self.leases.conn, request.id, outcome)
+            self.store.answer(request.id, _serve(engine, request))
         self.requests_waiting = False
         return len(taken)
 
 
-def _serve(engine: Engine, request: requests.Request) -> str:
+def _serve(engine: Engine, request: Request) -> str:
     """The outcome text the asking command shows: `started RUN_ID`, `skipped: ...`, `killed RUN_ID`."""
     try:
-        if request.kind == requests.FORCE_RUN:
+        if request.kind == FORCE_RUN:
             batch = engine.force(request.job)
             if not batch.claims:
                 return f"skipped: job '{request.job}' is running and its overlap is skip"

@@ -19,19 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import psycopg
-
 from cronctl.context import Context
-from cronctl.loop.cluster import OUTAGE_ERRORS, ClusterMember
+from cronctl.loop.cluster import ClusterMember
 from cronctl.loop.engine import Engine
 from cronctl.loop.fence import SelfFence, check_lease
 from cronctl.models import DEFAULT_KILL_GRACE
-from cronctl.store.pg.connect import StoreUnreachableError
-from cronctl.store.pg.deadline import StoreDeadlineError
-
-# What a connection lost mid-query raises (AdminShutdown, a closed socket, an aborted pipeline):
-# an outage, not a bug. Schema and permission errors are not among them.
-CONNECTION_LOST = (psycopg.OperationalError, StoreDeadlineError)
+from cronctl.store.cluster import CONNECTION_LOST, OUTAGE_ERRORS, StoreUnreachableError
 
 
 def check_cluster_lease(ctx: Context, lease_s: float) -> None:

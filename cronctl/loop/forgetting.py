@@ -1,4 +1,5 @@
-"""A live loop forgets the loops that went silent for good (SPEC §9, store/pg/forget.py).
+"""A live loop forgets the loops that went silent for good (SPEC §9, store/pg/forget.py, through
+the store's `Cluster`: store/cluster.py).
 
 Housekeeping, at most every FORGET_CHECK_S (sooner for a short `--forget-after`), and
 only while the database answers: a loop in an outage forgets nobody.
@@ -31,11 +32,8 @@ class LoopForgetter:
         if cluster.outage is not None or mono - self._last < self._every:
             return 0
         self._last = mono
-        from cronctl.store.pg.forget import forget_dead_here, forget_silent
-
-        with cluster.leases.lock:
-            gone = forget_dead_here(cluster.leases.conn, cluster.me, _alive)
-            gone += forget_silent(cluster.leases.conn, self.forget_after_s, cluster.me.loop_id, cluster.me.host_id)
+        gone = cluster.store.forget_dead_here(cluster.me, _alive)
+        gone += cluster.store.forget_silent(self.forget_after_s, cluster.me)
         for loop in gone:
             print(f"cronctl: forgot the loop of host {loop.host} (pid {loop.pid}): silent for {loop.silent_s:.0f}s, "
                   "every run of it reclaimed", file=sys.stderr, flush=True)

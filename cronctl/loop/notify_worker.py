@@ -233,14 +233,14 @@ class NotifyWorker:
 class NotifyPump:
     """The tick thread's side: hand over what is owed, and the health pass that raises `stale`."""
 
-    def __init__(self, worker: NotifyWorker, clock: Clock, on_postgres: bool) -> None:
-        self.worker, self.clock, self.on_postgres = worker, clock, on_postgres
+    def __init__(self, worker: NotifyWorker, clock: Clock, worker_asks_store: bool) -> None:
+        self.worker, self.clock, self.worker_asks_store = worker, clock, worker_asks_store
         self._seen: dict[str, Any] | None = None
         self._last_offer = float("-inf")
         self._last_health = float("-inf")
 
     def pump(self, engine: Engine) -> None:
-        if self.on_postgres:
+        if self.worker_asks_store:
             return  # the worker asks the database itself
         doc = engine.doc
         mono = self.clock.monotonic()
@@ -281,7 +281,8 @@ def start_notifications(ctx: Any, engine: Any, by: str) -> NotifyWorker:
     """The loop's worker and the engine's pump; on PostgreSQL the worker asks the database."""
     leases = ctx.leases
     poll = health = None
-    if ctx.on_postgres:
+    shared = ctx.cluster is not None  # a store of many loops: what is owed is asked of it
+    if shared:
         def poll() -> list[Item]:
             return leases.notify_due(ctx.clock.now())  # type: ignore[no-any-return]
 
@@ -291,5 +292,5 @@ def start_notifications(ctx: Any, engine: Any, by: str) -> NotifyWorker:
 
     worker = NotifyWorker(leases, ctx.clock, by, poll=poll, health=health)
     worker.start()
-    engine.notifications = NotifyPump(worker, ctx.clock, ctx.on_postgres)
+    engine.notifications = NotifyPump(worker, ctx.clock, shared)
     return worker

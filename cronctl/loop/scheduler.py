@@ -186,7 +186,7 @@ class Scheduler:
 
     def _run(self) -> int:
         previous = read_json(self.ctx.paths.heartbeat)
-        if self.ctx.on_postgres and self.options.standby:
+        if self.ctx.cluster is not None and self.options.standby:
             # SPEC §9: on PostgreSQL every loop claims and the database arbitrates; nothing to wait for.
             self._say("cronctl: --standby is a JSON-store feature; on PostgreSQL every loop is active")
             self.options.standby = False
@@ -232,7 +232,7 @@ class Scheduler:
     def _check_before_announcing(self) -> None:
         """Fail before the `scheduler.started` row and the first heartbeat, so that a loop that
         could not start never looks like one that started and crashed."""
-        if self.ctx.on_postgres:
+        if self.ctx.cluster is not None:
             from cronctl.loop.cluster_life import check_store_at_start
 
             check_store_at_start(self.ctx, self.options.lease)
@@ -290,19 +290,14 @@ class Scheduler:
 
     def _join_cluster(self) -> ClusterMember | None:
         """On PostgreSQL: this loop's row among the others (loop/cluster.py); None on the JSON store."""
-        if not self.ctx.on_postgres:
+        cluster = self.ctx.cluster
+        if cluster is None:
             return None
         from cronctl.loop.cluster import ClusterMember
-        from cronctl.store.pg.identity import host_id
-        from cronctl.store.pg.leases import PgLeaseStore
 
-        leases = self.ctx.leases
-        assert isinstance(leases, PgLeaseStore)
         start = self.identity.start_time if self.identity else 0.0
-        from cronctl.store.pg.deadline import deadline_for
-
-        leases.set_deadline(deadline_for(self.options.lease))  # SPEC §9: 5 s, at most a quarter of the lease
-        member = ClusterMember(leases, self.ctx.clock, host_id(), self.boot, os.getpid(), start,
+        cluster.set_deadline(cluster.deadline_for(self.options.lease))  # SPEC §9: 5 s, at most a quarter of the lease
+        member = ClusterMember(cluster, self.ctx.clock, cluster.host_id, self.boot, os.getpid(), start,
                                str(self.ctx.paths.home), say=self._say, lease_s=self.options.lease)
         from cronctl.loop.cluster_life import refused_start_on_outage
 
@@ -365,7 +360,6 @@ class Scheduler:
         """On PostgreSQL: runs end within their kill_grace even while the store does not answer
         (loop/cluster_life.py); the loop's last rows are written only if it does."""
         from cronctl.loop.cluster_life import stop_cluster_loop
-        from cronctl.store.pg.deadline import deadline_for
 
         assert self.engine is not None and self.cluster is not None
         gen = self.generation
@@ -373,7 +367,7 @@ class Scheduler:
             gen.stop.set()
         self.wake.set()
         done = stop_cluster_loop(self.engine, self.cluster, gen.thread if gen else None, self.tick_lock,
-                                 join_s=deadline_for(self.options.lease) + 1.0)
+                                 join_s=self.cluster.store.deadline_for(self.options.lease) + 1.0)
         self._write_heartbeat(stopped_cleanly=True)
         if done.store_answered:
             self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
@@ -603,9 +597,9 @@ class Scheduler:
         self._last_heal = clock.monotonic()
         if self.cluster is not None:
             self.cluster.end_stuck_sessions()  # rows held by a session whose client is gone (SPEC §9)
-            if self.cluster.leases.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
+            if self.cluster.store.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
                 self.engine.due.invalidate()
-            doc = self.cluster.leases.suspects()
+            doc = self.cluster.store.suspects()
             report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
                                supervised=self.engine.active.keys(), doc=doc)
         else:

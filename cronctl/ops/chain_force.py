@@ -100,7 +100,7 @@ def _loop_alive(ctx: Context) -> bool:
     """A loop that will go on with the chain: this home's, or on PostgreSQL any live one."""
     from cronctl.loop.heartbeat import loop_alive
 
-    if ctx.on_postgres:
+    if ctx.cluster is not None:
         from cronctl.ops.cluster import live_loops
 
         return bool(live_loops(ctx))

@@ -188,7 +188,7 @@ def force_chain(ctx: Context, name: str) -> ForcedChain:
     ctx.audit.append(AuditEvent.FORCE_RUN_REQUESTED, job=name, chain=True)
     chain_id, jobs = ctx.leases.force_chain(name, now)
     specs = {view.spec.name: view.spec for view in ctx.leases.jobs()}
-    if ctx.on_postgres:  # any live loop of the cluster claims it on its next tick
+    if ctx.cluster is not None:  # any live loop of the cluster claims it on its next tick
         from cronctl.ops.cluster import live_loops
 
         return ForcedChain(chain_id, topological(jobs, specs), bool(live_loops(ctx)))

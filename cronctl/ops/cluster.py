@@ -2,9 +2,9 @@
 force-run and kill left as request rows for a loop to serve.
 
 A command on one host cannot start a run on another host nor signal a process there: it
-writes a request (store/pg/requests.py) and waits for a loop's answer, which any live
-loop gives within a tick for a force-run, and the loop on the run's host for a kill.
-With no live loop, force-run runs in the calling process as on the JSON store.
+writes a request (`Cluster.request_force`, `request_kill`: store/cluster.py) and waits for a
+loop's answer, which any live loop gives within a tick for a force-run, and the loop on the
+run's host for a kill. With no live loop, force-run runs in the calling process as on the JSON store.
 """
 
 from __future__ import annotations
@@ -15,34 +15,26 @@ import socket
 from typing import TYPE_CHECKING
 
 from cronctl.context import Context
-from cronctl.errors import ConflictError, CronctlError
+from cronctl.errors import ConflictError, CronctlError, StoreError
 
 if TYPE_CHECKING:
     from cronctl.loop.heartbeat import LoopStatus
-    from cronctl.store.pg.forget import HostForgotten
-    from cronctl.store.pg.leases import PgLeaseStore
-    from cronctl.store.pg.loops import LoopRow
+    from cronctl.store.cluster import Cluster, HostForgotten, LoopRow
 
 # How long a command waits for a loop to take its request: a loop serves within a tick of
 # its beat; a loop that answers nothing in this time is reported, never waited on for ever.
 ANSWER_TIMEOUT_S = 15.0
 
 
-def _leases(ctx: Context) -> PgLeaseStore:
-    from cronctl.store.pg.leases import PgLeaseStore
-
-    leases = ctx.leases
-    assert isinstance(leases, PgLeaseStore)
-    return leases
+def _cluster(ctx: Context) -> Cluster:
+    cluster = ctx.cluster
+    assert cluster is not None, "only a store shared by hosts has loops to meet"
+    return cluster
 
 
 def cluster_loops(ctx: Context) -> list[LoopRow]:
     """Every loop the store remembers (`status`), newest first."""
-    from cronctl.store.pg import loops
-
-    leases = _leases(ctx)
-    with leases.lock:
-        return loops.loops(leases.conn)
+    return _cluster(ctx).loops()
 
 
 def cluster_summary(rows: list[LoopRow]) -> LoopStatus:
@@ -67,15 +59,10 @@ def cluster_summary(rows: list[LoopRow]) -> LoopStatus:
 
 def forget_host(ctx: Context, host: str) -> HostForgotten:
     """`cronctl store forget-host HOST`: every loop of a decommissioned host, forgotten at once."""
-    from cronctl.errors import StoreError
-    from cronctl.store.pg.forget import forget_host as forget
-
-    if not ctx.on_postgres:
+    if ctx.cluster is None:
         raise StoreError("store forget-host: hosts share only a PostgreSQL store; name it with --store URL "
                          "or $CRONCTL_STORE")
-    leases = _leases(ctx)
-    with leases.lock:
-        return forget(leases.conn, host, requested_by())
+    return ctx.cluster.forget_host(host, requested_by())
 
 
 def live_loops(ctx: Context) -> list[LoopRow]:
@@ -93,11 +80,7 @@ def requested_by() -> str:
 
 def force_through_cluster(ctx: Context, job: str) -> str:
     """Leave a force-run request for any live loop; the run id it started."""
-    from cronctl.store.pg import requests
-
-    leases = _leases(ctx)
-    with leases.lock:
-        request_id = requests.request_force(leases.conn, job, requested_by())
+    request_id = _cluster(ctx).request_force(job, requested_by())
     outcome = _wait_answer(ctx, request_id)
     if outcome.startswith("started "):
         return outcome.split(" ", 1)[1]
@@ -108,43 +91,30 @@ def force_through_cluster(ctx: Context, job: str) -> str:
 
 def kill_through_cluster(ctx: Context, job: str, run_id: str) -> bool:
     """Ask the loop on the run's host to end it; True when it did."""
-    from cronctl.store.pg import requests
-
-    leases = _leases(ctx)
-    with leases.lock:
-        request_id = requests.request_kill(leases.conn, job, run_id, requested_by())
+    request_id = _cluster(ctx).request_kill(job, run_id, requested_by())
     return _wait_answer(ctx, request_id).startswith("killed ")
 
 
 def how_to_kill(ctx: Context, run_id: str) -> str:
     """`request` (a live loop on the run's host ends it), `here` (the run is on this host and
     no loop there is live: this process ends it) or `unreachable` (another host, no live loop)."""
-    from cronctl.store.pg.identity import host_id
-
-    leases = _leases(ctx)
-    with leases.lock, leases.conn.transaction():
-        row = leases.conn.execute("SELECT host_id FROM cronctl_runs WHERE run_id = %s", (run_id,)).fetchone()
-    host = row[0] if row else None
+    cluster = _cluster(ctx)
+    host = cluster.host_of_run(run_id)
     if any(loop.host == host for loop in live_loops(ctx)):
         return "request"
-    return "here" if host == host_id() else "unreachable"
+    return "here" if host == cluster.host_id else "unreachable"
 
 
 def _wait_answer(ctx: Context, request_id: int, may_withdraw: bool = True) -> str:
-    from cronctl.store.pg import requests
-
-    leases = _leases(ctx)
+    cluster = _cluster(ctx)
     deadline = ctx.clock.monotonic() + ANSWER_TIMEOUT_S
     while ctx.clock.monotonic() < deadline:
-        with leases.lock:
-            served, outcome = requests.outcome_of(leases.conn, request_id)
+        served, outcome = cluster.outcome_of(request_id)
         if served and outcome is not None:
             return str(outcome)
         ctx.clock.sleep(0.1)
     if may_withdraw:
-        with leases.lock:
-            withdrawn = requests.withdraw(leases.conn, request_id)
-        if not withdrawn:  # taken just now: its answer is on its way
+        if not cluster.withdraw(request_id):  # taken just now: its answer is on its way
             return _wait_answer(ctx, request_id, may_withdraw=False)
         raise CronctlError(f"no loop answered request {request_id} within {ANSWER_TIMEOUT_S:.0f}s, so it was "
                            "withdrawn (nothing will run for it); see 'cronctl status'")

@@ -8,13 +8,16 @@ import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronctl.errors import CronctlError, StoreCorruptError
 from cronctl.jobs.state import JobView, stored_entry_problem
 from cronctl.loop.heartbeat import loop_status
 from cronctl.paths import Paths
 from cronctl.store.jsonstore import Store
+
+if TYPE_CHECKING:
+    from cronctl.store.cluster import Cluster
 
 RUNS_DIR_WARN_BYTES = 1024 * 1024 * 1024
 AUDIT_WARN_BYTES = 200 * 1024 * 1024
@@ -35,9 +38,11 @@ class Finding:
         return asdict(self)
 
 
-def examine(paths: Paths, store: Store, now: Any) -> list[Finding]:
-    if getattr(store, "postgres", False):
-        return _examine_postgres(paths, store)
+def examine(paths: Paths, store: Store, now: Any, cluster: Cluster | None = None) -> list[Finding]:
+    """`cluster`: the store's cluster operations (`ctx.cluster`): a database shared by hosts has
+    checks of its own; None: the JSON store of the home."""
+    if cluster is not None:
+        return _examine_postgres(paths, store, cluster)
     findings = [_check_store(paths, store), _check_writable(paths), *_check_jobs(paths, store), *_check_locks(paths)]
     findings.append(_check_loop(paths, store, now))
     findings.extend(_check_claims(store))
@@ -137,8 +142,9 @@ def probe_write(path: Path) -> None:
             os.unlink(path)
 
 
-def _check_jobs(paths: Paths, store: Store) -> list[Finding]:
-    """One finding per stored job that no command can read (a hand-edited jobs.json)."""
+def _check_jobs(paths: Paths, store: Store, in_file: bool = True) -> list[Finding]:
+    """One finding per stored job that no command can read (a hand-edited jobs.json); `in_file`
+    False: the jobs are rows of a database, fixed by defining the job again."""
     try:
         jobs = store.read()["jobs"]
     except CronctlError:
@@ -147,7 +153,7 @@ def _check_jobs(paths: Paths, store: Store) -> list[Finding]:
     for name in sorted(jobs):
         problem = _entry_problem(jobs[name])
         if problem is not None:
-            fix = (f"cronctl remove {name}, then define it again" if getattr(store, "postgres", False)
+            fix = (f"cronctl remove {name}, then define it again" if not in_file
                    else f"edit {paths.store} by hand: fix the field, or remove job '{name}' from it")
             out.append(Finding("jobs", "action", problem, fix))
     return out or [Finding("jobs", "ok", f"{len(jobs)} stored job(s) read back cleanly")]
@@ -281,24 +287,22 @@ def run_processes(paths: Paths) -> dict[int, str]:
 # --- on PostgreSQL ----------------------------------------------------------------------
 
 
-def _examine_postgres(paths: Paths, store: Store) -> list[Finding]:
+def _examine_postgres(paths: Paths, store: Store, cluster: Cluster) -> list[Finding]:
     """The database's own checks; the home's files hold only this host's run logs here."""
     from cronctl.ops.liveness import pg_judges
-    from cronctl.store.pg.docstore import PgDocStore
 
-    assert isinstance(store, PgDocStore)
     try:
-        health = store.health()
+        health = cluster.health()
         jobs = len(store.read()["jobs"])
     except CronctlError as exc:
         return [Finding("store", "action", str(exc), "check that the database is up and the URL is right")]
-    findings = [Finding("store", "ok", f"{store.url.shown}: schema version {health.schema_version}, "
+    findings = [Finding("store", "ok", f"{cluster.shown}: schema version {health.schema_version}, "
                                        f"{jobs} job(s)"),
-                *_check_jobs(paths, store),
+                *_check_jobs(paths, store, in_file=False),
                 Finding("files", "ok", "jobs.json, jobs.lock and scheduler.lock are not used on the PostgreSQL "
                                        "store: their checks are skipped"),
                 _check_pg_loops(health, jobs),
-                *_check_claims(store, pg_judges(health.db_now)),
+                *_check_claims(store, pg_judges(health.db_now, cluster.host_id)),
                 *_check_orphans(paths, store), *_check_notifications(store)]
     runs, audit = _check_sizes(paths)
     findings += [runs, Finding("audit", "warn" if health.audit_bytes > AUDIT_WARN_BYTES else "ok",

@@ -1,16 +1,16 @@
 """Every job's view, or one job's, for the read commands (`list`, `show`, `next`).
 
-On the JSON store these are one document read: the same views the JSON lease store
-builds (store/leases.py `jobs` and `job`), without importing the lease machinery (the
-run path's writes, chains, the outbox: about 12 ms of a 100 ms `list`). On PostgreSQL
-the lease store keeps the jobs: asked there (and so is a lease store already open).
+The backend answers (store/backend.py): on the JSON store one document read, the same
+views the JSON lease store builds (store/leases.py `jobs` and `job`), without importing
+the lease machinery (the run path's writes, chains, the outbox: about 12 ms of a 100 ms
+`list`); on PostgreSQL the lease store, which keeps the jobs (and so is one already open).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cronctl.jobs.state import JobView, get_entry
+from cronctl.jobs.state import JobView
 
 if TYPE_CHECKING:
     from cronctl.context import Context
@@ -18,14 +18,9 @@ if TYPE_CHECKING:
 
 def job_views(ctx: Context) -> list[JobView]:
     """Every job with its state, by name."""
-    if ctx.on_postgres or ctx.lease_store is not None:
-        return ctx.leases.jobs()
-    jobs = ctx.store.read()["jobs"]
-    return [JobView.from_entry(jobs[name]) for name in sorted(jobs)]
+    return ctx.backend.job_views()
 
 
 def job_view(ctx: Context, name: str) -> JobView:
     """One job; JobNotFoundError names it when there is none."""
-    if ctx.on_postgres or ctx.lease_store is not None:
-        return ctx.leases.job(name)
-    return JobView.from_entry(get_entry(ctx.store.read(), name))
+    return ctx.backend.job_view(name)

@@ -25,19 +25,16 @@ LeaseExpired = Callable[[dict[str, Any]], bool]
 
 def judges(ctx: Context) -> tuple[OwnerAlive, LeaseExpired]:
     """The judges of this invocation's store; on PostgreSQL at the database's instant."""
-    if ctx.on_postgres:
-        from cronctl.store.pg.docstore import PgDocStore
-
-        assert isinstance(ctx.store, PgDocStore)
-        return pg_judges(ctx.store.db_now())
+    if ctx.cluster is not None:
+        return pg_judges(ctx.cluster.db_now(), ctx.cluster.host_id)
     return owner_alive, lease_checker()
 
 
-def pg_judges(db_now: datetime) -> tuple[OwnerAlive, LeaseExpired]:
-    """The loops' own judgement across hosts (loop/cluster.py), at the database's instant `db_now`."""
+def pg_judges(db_now: datetime, host: str) -> tuple[OwnerAlive, LeaseExpired]:
+    """The loops' own judgement across hosts (loop/cluster.py), at the database's instant `db_now`,
+    from `host` (this one, as the store's rows name it)."""
     from cronctl.loop.cluster import cluster_liveness
-    from cronctl.store.pg.identity import host_id
 
     skew = db_now - datetime.now(timezone.utc)
-    live = cluster_liveness(host_id(), boot_id(), lambda: datetime.now(timezone.utc) + skew, time.monotonic)
+    live = cluster_liveness(host, boot_id(), lambda: datetime.now(timezone.utc) + skew, time.monotonic)
     return live.owner_alive, live.lease_expired

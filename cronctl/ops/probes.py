@@ -9,23 +9,18 @@ store caches.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.loop.endpoint import Reply, Route
 from cronctl.ops.job_metrics import CONTENT_TYPE
 from cronctl.ops.metrics import metrics_for
 from cronctl.ops.status import StatusReport, status, status_json
-from cronctl.paths import Paths
-
-if TYPE_CHECKING:
-    from cronctl.store.pg.connect import StoreUrl
 
 
-def probe_routes(paths: Paths, clock: Clock, store_url: StoreUrl | None = None) -> dict[str, Route]:
-    """On the loop's store: the JSON home, or (`store_url`) PostgreSQL, where /healthz judges every loop."""
-    ctx = Context.open(paths.home, clock=clock, store_url=store_url)
+def probe_routes(loop_ctx: Context) -> dict[str, Route]:
+    """On the loop's store (on PostgreSQL /healthz judges every loop), through a Context of their own."""
+    ctx = loop_ctx.reopen()
     return {
         "/metrics": lambda: Reply(200, metrics_for(ctx), CONTENT_TYPE),
         "/healthz": lambda: healthz(status(ctx)),

@@ -55,10 +55,11 @@ def log_path(ctx: Context, job: str, run_id: str | None) -> tuple[str, Any]:
         run_id = _newest_run_id(ctx, job)
     path = ctx.paths.run_log(job, run_id)
     if not path.exists():
-        tail = _stored_tail(ctx, job, run_id) if ctx.on_postgres else None
+        shared = ctx.cluster is not None  # a run of another host: its log is in the home there
+        tail = _stored_tail(ctx, job, run_id) if shared else None
         if tail is not None:
             return run_id, tail
-        live = ctx.leases.find_run(job, run_id) if ctx.on_postgres else None
+        live = ctx.leases.find_run(job, run_id) if shared else None
         if live is not None and not _on_this_boot(live):
             raise CronctlError(f"run {run_id} of job '{job}' is running on another host: its log is in the home "
                                "there; the store keeps its tail once it ends ('cronctl logs' shows it then)")
@@ -109,7 +110,7 @@ class ForceResult:
 
 
 def force_run(ctx: Context, name: str, wait: bool, timeout: float | None = None) -> ForceResult:
-    if ctx.on_postgres:
+    if ctx.cluster is not None:
         return _force_on_cluster(ctx, name, wait, timeout)
     doc, signature = ctx.store.read_if_changed(None)
     assert doc is not None  # nothing to compare with: always read
@@ -220,18 +221,14 @@ def _force_here(ctx: Context, name: str, read: tuple[dict[str, Any], Any] | None
     if record is None:
         raise CronctlError(f"run {ran.run_id} of '{name}' ended without a record; "
                            f"see 'cronctl audit --job {name}'")
-    if ctx.on_postgres:  # SPEC §9: a run shown in JSON says which host ran it
-        from cronctl.store.pg.identity import host_id
-
-        record = {**record, "host": record.get("host") or host_id()}
+    if ctx.cluster is not None:  # SPEC §9: a run shown in JSON says which host ran it
+        record = {**record, "host": record.get("host") or ctx.cluster.host_id}
     return ForceResult(ran.run_id, False, record)
 
 
 def _find_record(ctx: Context, job: str, run_id: str) -> dict[str, Any] | None:
     """A run's history record: in the home's history files, or on PostgreSQL in its runs rows."""
-    if not ctx.on_postgres:
-        return history.find_record(ctx.paths, job, run_id)
-    return next((record for record in reversed(ctx.leases.history(job, 20)) if record.get("run_id") == run_id), None)
+    return ctx.backend.find_record(job, run_id)
 
 
 def _liveness(ctx: Context) -> Liveness:
@@ -270,15 +267,12 @@ def exit_code_of(record: dict[str, Any] | None) -> int:
 
 def kill_job(ctx: Context, name: str) -> list[str]:
     """End every run of a job; recorded `killed` by its loop, or here when no loop supervises it."""
-    if ctx.on_postgres:
-        if not ctx.leases.has_job(name):
-            raise no_job_named(name)
-    else:
-        get_entry(ctx.store.read(), name)
+    if not ctx.backend.has_job(name):
+        raise no_job_named(name)
     running = ctx.leases.claims_of(name)
     if not running:
         raise ConflictError(f"job '{name}' is not running")
-    if ctx.on_postgres:
+    if ctx.cluster is not None:
         return _kill_on_cluster(ctx, name, running)
     live = loop_alive(ctx.paths, ctx.clock.now())
     loop_runs = {c.run_id for c in running if live and c.owner is not None and c.owner.pid == live.pid}
@@ -349,7 +343,7 @@ def run_loop(ctx: Context, options: LoopOptions, echo: EchoSink | None = None,
     metrics = MetricsFile(options.metrics_file)
     from cronctl.ops.probes import probe_routes
     hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
-                      http_routes=lambda: probe_routes(ctx.paths, ctx.clock, ctx.store_url),
+                      http_routes=lambda: probe_routes(ctx),
                       http_handlers=dashboard[0] if dashboard else None,
                       http_actions=dashboard[1] if dashboard else None)
     if echo is None:

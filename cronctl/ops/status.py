@@ -48,34 +48,21 @@ class StatusReport:
 
 def status(ctx: Context) -> StatusReport:
     now = ctx.clock.now()
-    # The document itself, not ctx.leases.jobs(): the fast path of `status --json` must not
-    # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
-    views, counters, chains = _read_jobs(ctx)
+    # On the JSON store one document read, not ctx.leases.jobs(): the fast path of `status --json`
+    # must not import the lease machinery (about 20 ms), and this one read gives jobs and counters.
+    views, counters, chains = ctx.backend.overview()
     alive, expired = judges(ctx)
     specs = {view.spec.name: view.spec for view in views} if chains else {}
     jobs = []
     for view in views:
         health = chain_health(chains, view, specs, now) if chains else None
         jobs.append(JobStatus(view, health or job_health(view, now, alive, expired)))
-    if ctx.on_postgres:
+    if ctx.cluster is not None:  # many loops, on any host: the store lists them
         from cronctl.ops.cluster import cluster_loops, cluster_summary
 
         rows = cluster_loops(ctx)
         return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows])
     return StatusReport(loop_status(ctx.paths, now), jobs, counters)
-
-
-def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int], dict[str, Any]]:
-    """Every job by name, the counters and the chains: the lease store's views on PostgreSQL
-    (and its chain rows), one document read otherwise."""
-    if ctx.on_postgres:
-        from cronctl.store.pg.docstore import PgDocStore
-
-        chains = ctx.store.chains() if isinstance(ctx.store, PgDocStore) else {}
-        return ctx.leases.jobs(), ctx.leases.counters(), chains
-    doc = ctx.store.read()
-    views = [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
-    return views, dict(doc.get("counters") or {}), doc.get("chains") or {}
 
 
 def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cronctl.context import Context
 from cronctl.errors import ConflictError, StoreError
 from cronctl.paths import open_home
 from cronctl.store import history
 from cronctl.store.jsonstore import Store
-from cronctl.store.pg.connect import connect
-from cronctl.store.pg.identity import host_id
-from cronctl.store.pg.importer import Imported, import_document
-from cronctl.store.pg.schema import ensure_schema
-from cronctl.store.pg.writes import told_failures
 from cronctl.store.schema import claims_of
+
+if TYPE_CHECKING:
+    from cronctl.store.cluster import Imported
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,8 @@ class ImportReport:
 
 def import_json(ctx: Context, source: Path | None, replace: bool) -> ImportReport:
     """Copy the JSON store of `source` (default: this invocation's home) in one transaction."""
-    if ctx.store_url is None:
+    cluster = ctx.cluster
+    if cluster is None:
         raise StoreError("store import-json: name the PostgreSQL store with --store URL or $CRONCTL_STORE")
     paths = open_home(source.expanduser().absolute(), create=False) if source is not None else ctx.paths
     doc = Store(paths).read()
@@ -42,7 +42,5 @@ def import_json(ctx: Context, source: Path | None, replace: bool) -> ImportRepor
                             "end (or 'cronctl kill') before importing")
     records = history.read_records(paths, None)
     # A lost connection or a silent database is told as `apply` tells it, never as an internal error.
-    with told_failures(ctx.store_url) as stage, connect(ctx.store_url) as conn:
-        ensure_schema(conn)
-        imported = import_document(conn, dict(doc), records, host_id(), replace, stage)
-    return ImportReport(paths.home, ctx.store_url.shown, imported)
+    imported = cluster.import_document(dict(doc), records, replace)
+    return ImportReport(paths.home, cluster.shown, imported)

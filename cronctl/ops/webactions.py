@@ -19,7 +19,6 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.errors import ConflictError, CronctlError, JobNotFoundError, UsageError, no_job_named
 from cronctl.loop.endpoint import Handler, Reply, Request
@@ -46,8 +45,9 @@ def _reply(status_code: int, data: dict[str, Any]) -> Reply:
     return Reply(status_code, (json.dumps(data, default=str) + "\n").encode())
 
 
-def action_handler(home: Path, clock: Clock, store_url: Any, token: str | None) -> Handler:
-    """The POST handler of the endpoint: 403 without a token configured or given, else the verb."""
+def action_handler(open_context: Callable[[], Context], token: str | None) -> Handler:
+    """The POST handler of the endpoint: 403 without a token configured or given, else the verb;
+    `open_context` opens the Context its actions use (the loop's store, never the loop's own)."""
     opened: list[Context] = []  # one Context for every action (one worker thread: never shared)
 
     def act(request: Request) -> Reply:
@@ -61,7 +61,7 @@ def action_handler(home: Path, clock: Clock, store_url: Any, token: str | None) 
         if len(parts) != 4 or parts[:2] != ["api", "jobs"] or parts[3] not in VERBS:
             return _reply(404, {"error": f"expected POST /api/jobs/NAME/{{{','.join(VERBS)}}}"})
         if not opened:
-            opened.append(Context.open(home, clock=clock, store_url=store_url))
+            opened.append(open_context())
         ctx = opened[0]
         ctx.audit.tags = {"by": "http", "client": request.client}
         try:
@@ -99,7 +99,7 @@ def _resume(ctx: Context, name: str) -> dict[str, Any]:
 def _kill(ctx: Context, name: str) -> dict[str, Any]:
     from cronctl.ops.runs import kill_job
 
-    if ctx.on_postgres and not ctx.leases.has_job(name) or not ctx.on_postgres and name not in ctx.store.read()["jobs"]:
+    if not ctx.backend.has_job(name):
         raise no_job_named(name)
     ctx.audit.append("kill.requested", job=name)
     return {"killed": kill_job(ctx, name)}

@@ -39,7 +39,7 @@ def page_replies(actions: bool) -> dict[str, Reply]:
 def dashboard_handlers(ctx: Context, actions: bool) -> dict[str, Handler]:
     """`/`, `/jobs/NAME`, `/assets/...` and the JSON API, on a Context of their own."""
     replies = page_replies(actions)
-    api = WebApi(Context.open(ctx.paths.home, clock=ctx.clock, store_url=ctx.store_url))
+    api = WebApi(ctx.reopen())
 
     def page(request: Request) -> Reply:
         return replies["index.html"]
@@ -53,7 +53,7 @@ def dashboard_handlers(ctx: Context, actions: bool) -> dict[str, Handler]:
 
 
 def dashboard_actions(ctx: Context, token: str | None) -> Handler:
-    return action_handler(ctx.paths.home, ctx.clock, ctx.store_url, token)
+    return action_handler(ctx.reopen, token)
 
 
 def dashboard_hooks(ctx: Context, token: str | None) -> tuple[Callable[[], dict[str, Handler]], Callable[[], Handler]]:

@@ -102,7 +102,7 @@ class HistoryReader:
         self._pg_read_at = float("-inf")
 
     def by_job(self) -> dict[str, RunIndex]:
-        if self.ctx.on_postgres:
+        if not self.ctx.backend.records_in_home:
             return self._pg_by_job()
         runs_dir = self.ctx.paths.runs_dir
         names = sorted(d.name for d in runs_dir.iterdir() if d.is_dir()) if runs_dir.is_dir() else []
@@ -139,7 +139,7 @@ class AuditReader:
         self._pg_read_at = float("-inf")
 
     def rows(self) -> list[dict[str, Any]]:
-        if self.ctx.on_postgres:
+        if not self.ctx.backend.records_in_home:
             if time.monotonic() - self._pg_read_at >= PG_REFRESH:
                 self._kept = deque(self.ctx.audit.rows(), maxlen=AUDIT_KEPT)
                 self._pg_read_at = time.monotonic()

@@ -11,10 +11,11 @@ import pytest
 
 from cronctl.cli import fastpath
 from cronctl.clock import FakeClock, SystemClock
-from cronctl.store.backends import PgAuditLog, PgSession
 from cronctl.store.claims import Dispatched, Lease, Owner
+from cronctl.store.pg.auditlog import PgAuditLog
 from cronctl.store.pg.connect import connect, parse_store_url
 from cronctl.store.pg.leases import PgLeaseStore
+from cronctl.store.pg.session import PgSession
 
 READS = (("list", "--json"), ("show", "tick", "--json"), ("status", "--json"))
 

@@ -7,12 +7,14 @@ from datetime import datetime, timedelta, timezone
 
 from cronctl.clock import FakeClock
 from cronctl.loop.cluster import ClusterMember
+from cronctl.store.pg.cluster import PgCluster
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.leases import PgLeaseStore
 
 
 def _member(conn: Connection, clock: FakeClock) -> ClusterMember:
-    member = ClusterMember(PgLeaseStore(conn, "host-a", clock=clock), clock, "host-a", "boot-a", 4242, 1.0, "/home")
+    store = PgCluster.of(PgLeaseStore(conn, "host-a", clock=clock))
+    member = ClusterMember(store, clock, "host-a", "boot-a", 4242, 1.0, "/home")
     member.register()
     return member
 

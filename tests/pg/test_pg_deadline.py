@@ -89,10 +89,12 @@ class _SlowRoundTrips(FakeClock):
 
 def test_a_slow_round_trip_never_feeds_the_skew(conn: psycopg.Connection) -> None:
     from cronctl.loop.cluster import ClusterMember
+    from cronctl.store.pg.cluster import PgCluster
     from cronctl.store.pg.leases import PgLeaseStore
 
     clock = _SlowRoundTrips(datetime.now(timezone.utc))
-    member = ClusterMember(PgLeaseStore(conn, "host-a", clock=clock), clock, "host-a", "boot-a", 4242, 1.0, "/h")
+    store = PgCluster.of(PgLeaseStore(conn, "host-a", clock=clock))
+    member = ClusterMember(store, clock, "host-a", "boot-a", 4242, 1.0, "/h")
     member.register()
     assert member.beat()
     assert member.skew_s == 0.0  # not measured: a 3 s round trip says nothing about the clocks

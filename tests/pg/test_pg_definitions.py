@@ -18,6 +18,7 @@ from cronctl.errors import ConfigError, ConflictError
 from cronctl.ops import definitions as ops
 from cronctl.store.pg import definitions as pg_definitions
 from cronctl.store.pg.audit import dumps, json_text
+from cronctl.store.pg.backend import PgBackend
 from cronctl.store.pg.connect import Connection, parse_store_url
 from tests.pg.pghelp import one
 
@@ -48,8 +49,8 @@ def unlocked_rows(conn: Connection) -> list[str]:
 
 @pytest.mark.parametrize("change", ["edit", "pause", "remove"])
 def test_changing_one_job_locks_its_row_alone(ctx: Context, conn: Connection, change: str) -> None:
-    assert ctx.pg is not None
-    pid = ctx.pg.conn().info.backend_pid
+    assert isinstance(ctx.backend, PgBackend)
+    pid = ctx.backend.session.conn().info.backend_pid
     seen: dict[str, Any] = {}
     bodies: dict[str, Callable[[], Any]] = {
         "edit": lambda: ops.edit_job(ctx, "job07", {"every": "2h"}, []),
@@ -83,8 +84,8 @@ def test_a_writer_waiting_for_the_row_shows_in_pg_locks_and_others_pass(ctx: Con
     with ctx.definitions.editing(["job03"]) as edit:
         entry = dict(edit.entries["job03"])
         edit.replace("job03", entry)
-        assert ctx.pg is not None
-        holder = ctx.pg.conn().info.backend_pid
+        assert isinstance(ctx.backend, PgBackend)
+        holder = ctx.backend.session.conn().info.backend_pid
         with conn.transaction():  # another job's row: no wait
             conn.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'job04' FOR UPDATE NOWAIT")
         waiter = threading.Thread(target=lambda: _lock_row(other, "job03"))

@@ -17,13 +17,14 @@ from cronctl.errors import StoreError
 from cronctl.jobs.state import entry_from, new_state
 from cronctl.models import JobSpec, RunStatus
 from cronctl.paths import open_home
-from cronctl.store.backends import PgAuditLog, PgSession
 from cronctl.store.claims import Dispatched, Lease, Outcome, Owner
 from cronctl.store.leases import RunEnd
+from cronctl.store.pg.auditlog import PgAuditLog
 from cronctl.store.pg.connect import Connection, parse_store_url
 from cronctl.store.pg.definitions import PgDefinitions
 from cronctl.store.pg.docstore import PgDocStore, add_up
 from cronctl.store.pg.leases import PgLeaseStore
+from cronctl.store.pg.session import PgSession
 from tests.pg.pghelp import one
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)

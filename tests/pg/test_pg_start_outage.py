@@ -14,10 +14,11 @@ from cronctl.clock import SystemClock
 from cronctl.context import Context
 from cronctl.loop.cluster import ClusterMember
 from cronctl.loop.cluster_life import check_store_at_start, first_heal, refused_start_on_outage
-from cronctl.store.backends import PgSession
 from cronctl.store.pg import connect as pgconnect
+from cronctl.store.pg.cluster import PgCluster
 from cronctl.store.pg.connect import Connection, StoreUnreachableError
 from cronctl.store.pg.leases import PgLeaseStore
+from cronctl.store.pg.session import PgSession
 
 
 class _Ctx:
@@ -84,7 +85,7 @@ def test_a_connection_cut_as_soon_as_opened_is_the_plain_cannot_reach_error(
 def test_a_connection_cut_as_the_loop_registers_is_the_plain_cannot_reach_error(
         connections: Callable[[], Connection]) -> None:
     leases = _cut(connections)
-    member = ClusterMember(leases, SystemClock(), "host-a", "boot-a", 4242, 1.0, "/home")
+    member = ClusterMember(PgCluster.of(leases), SystemClock(), "host-a", "boot-a", 4242, 1.0, "/home")
     with pytest.raises(StoreUnreachableError, match=r"^cannot reach the PostgreSQL store: .*the loop did not start$"):
         with refused_start_on_outage():  # as the scheduler wraps its registration
             member.register()

@@ -7,6 +7,10 @@ A module may import its own layer and the layers below it. Two packages stand as
 `ops` and `cli`; `interop` (crontab, systemd, Kubernetes) imports the vocabulary,
 `schedule` and `jobs`, and is imported only by `ops` and `cli`. Imports inside functions
 count the same as those at the top of a module.
+
+Inside `store`, PostgreSQL stays behind the backend seam (store/backend.py): no module
+outside `cronctl/store/` imports `cronctl.store.pg` or the driver, `psycopg`; what differs
+by store is asked of `Context.backend` (and `ctx.cluster`, None on the JSON store).
 """
 
 from __future__ import annotations
@@ -68,6 +72,38 @@ def allowed(importer: str, imported: str) -> bool:
     if src == "interop":
         return dst in INTEROP_USES
     return RANKS[dst] <= RANKS[src]
+
+
+def postgres_imports(source: str) -> set[str]:
+    """What `source` imports of PostgreSQL: `cronctl.store.pg...` and `psycopg...`, however spelt."""
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            # `from cronctl.store import pg` names the package cronctl.store.pg.
+            named.update({node.module, *(f"{node.module}.{alias.name}" for alias in node.names)})
+    return {name for name in named if _is_postgres(name)}
+
+
+def _is_postgres(name: str) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in ("cronctl.store.pg", "psycopg"))
+
+
+def test_only_the_store_imports_postgresql() -> None:
+    store = PACKAGE / "store"
+    wrong = [f"{module_name(path)} -> {imported}"
+             for path in sorted(PACKAGE.rglob("*.py")) if store not in path.parents
+             for imported in sorted(postgres_imports(path.read_text()))]
+    assert wrong == []
+
+
+def test_the_postgresql_rule_catches_every_spelling() -> None:
+    for source in ("import psycopg", "from psycopg.types.json import Jsonb", "from cronctl.store import pg",
+                   "from cronctl.store.pg.leases import PgLeaseStore", "import cronctl.store.pg.connect",
+                   "def f():\n    from cronctl.store.pg import loops"):
+        assert postgres_imports(source), source
+    assert not postgres_imports("from cronctl.store.backend import selected_url\nimport psycopgx")
 
 
 def test_every_import_points_down_the_layers() -> None:

@@ -96,7 +96,7 @@ def _plain(value: Any) -> bool:
 
 
 def insert_audit_rows(conn: Connection, params: list[tuple[Any, ...]]) -> None:
-    """`PgAuditLog.prepare`'s rows (store/backends.py), inside the caller's transaction: one COPY
+    """`PgAuditLog.prepare`'s rows (auditlog.py), inside the caller's transaction: one COPY
     stream, whatever their number (`apply -f` of 100,000 jobs writes 100,000 rows)."""
     if not params:
         return

@@ -173,7 +173,7 @@ def paused_of(entry: dict[str, Any], state: dict[str, Any]) -> bool:
 
 
 class Session(Protocol):
-    """The invocation's one connection (`store.backends.PgSession`) and the lock of its transactions."""
+    """The invocation's one connection (`store.pg.session.PgSession`) and the lock of its transactions."""
 
     url: StoreUrl
     lock: threading.RLock
@@ -182,7 +182,7 @@ class Session(Protocol):
 
 
 class AuditWriter(Protocol):
-    """The database's audit log (`store.backends.PgAuditLog`): rows made ready, told once written."""
+    """The database's audit log (`store.pg.auditlog.PgAuditLog`): rows made ready, told once written."""
 
     def prepare(self, rows: AuditRows) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]: ...
 

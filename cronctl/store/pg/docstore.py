@@ -92,8 +92,6 @@ class PgHealth:
 class PgDocStore(Store):
     """`Store` over the PostgreSQL store's rows (see the module doc)."""
 
-    postgres = True  # doctor tells the backends apart by this
-
     def __init__(self, paths: Paths, session: Session, host_id: str) -> None:
         super().__init__(paths)
         self.session = session
