@@ -14,7 +14,7 @@ which only PostgreSQL has (None on the JSON store: the capability is its presenc
 - `PgBackend` (store/pg/backend.py): one connection for all of them, and `PgCluster`.
 
 A third store would be one more implementation under store/ and nothing above it would
-change; tests/test_layers.py keeps `store.pg` and `psycopg` out of every module above store/.
+change; tests/unit/test_layers.py keeps `store.pg` and `psycopg` out of every module above store/.
 """
 
 from __future__ import annotations
