@@ -143,3 +143,31 @@ def test_a_loop_that_runs_no_chain_keeps_no_warm_child(home: Path) -> None:
         assert len(engine.supervisor.warm) == 0
     finally:
         engine.supervisor.shutdown("shutdown", wait=10)
+
+
+def test_cronctl_warm_children_caps_the_pool_and_zero_turns_it_off(
+        home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from cronctl.loop import warm_hops
+
+    monkeypatch.setenv(warm_hops.MAX_ENV, "2")
+    assert warm_hops.max_warm() == 2
+    monkeypatch.setenv(warm_hops.MAX_ENV, "many")
+    assert warm_hops.max_warm() == warm_hops.MAX_WARM
+    assert "CRONCTL_WARM_CHILDREN='many' is not a count of children" in capsys.readouterr().err
+    monkeypatch.setenv(warm_hops.MAX_ENV, "0")
+    ctx = Context.open(home)
+    ops.add_job(ctx, ops.spec_from_options("r", {"every": "1h", "command": "sleep 0.2"}))
+    ops.add_job(ctx, ops.spec_from_options("w", {"after": ["r"], "command": "true"}))
+    chain_id, _ = ctx.leases.force_chain("r", ctx.clock.now())
+    engine = build_engine(ctx, cli_owner())
+    engine.supervisor.start()
+    try:
+        assert steady_tick(engine) == (0, 1)
+        assert len(engine.supervisor.warm) == 0
+        wait_result(engine)
+        assert steady_tick(engine) == (1, 1), "the hop spawns its child as before"
+        wait_result(engine)
+        steady_tick(engine)
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+    assert ctx.store.read()["chains"][chain_id]["outcome"] == "success"

@@ -270,6 +270,7 @@ class Engine:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         began = self.ctx.clock.monotonic()
         spawned = self._spawn_all(batch.claims)
+        self.warm_hops.dispatched(batch.claims)  # a chain's root claimed ahead: warm children before its slot
         if spawned:
             self._spawn_cost = max(0.0005, (self.ctx.clock.monotonic() - began) / len(batch.claims))
         by_id = {new.run_id: new for new in batch.claims}
@@ -398,6 +399,7 @@ class Engine:
             for old in new.replaces:
                 if old in self.active:
                     self.supervisor.kill(old, "replaced")
+        self.warm_hops.before_start(batch.claims)
         spawned = self._spawn_all(batch.claims)
         self.warm_hops.dispatched(batch.claims)
         if not spawned:
