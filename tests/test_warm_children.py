@@ -212,3 +212,19 @@ def test_warm_children_and_their_guards_end_with_a_loop_killed_by_kill_9() -> No
         time.sleep(0.05)
     alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert alive == [], "a warm child reads EOF at its gate and exits; its guard finds nothing to end"
+
+
+def test_a_warm_spawn_the_platform_refuses_ends_the_filling_and_leaves_nothing() -> None:
+    import errno
+
+    def refused(*_: object) -> int:
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    supervisor = Supervisor(on_result=Results(), spawn=refused)
+    supervisor.start()
+    try:
+        assert supervisor.warm.fill(5, lambda: False) == 0
+        assert len(supervisor.warm) == 0
+        assert [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        supervisor.shutdown(wait=10)
