@@ -50,10 +50,13 @@ def gated(cwd: str, *tail: str) -> list[str]:
 def test_the_lines_carry_what_differs_from_the_warm_childs_environment() -> None:
     base = {"PATH": "/bin", "HOME": "/root", "GONE": "x"}
     env = {"PATH": "/bin", "HOME": "/home/u", "CRONCTL_RUN_ID": "r1"}
-    lines = preface(env, base, gated("/tmp", "-c", "echo a\necho b")).decode().split("\n")
-    assert lines == ["U GONE", "E HOME=/home/u", "E CRONCTL_RUN_ID=r1", "D /tmp", "C echo a", "C echo b", ""]
+    lines = preface(env, base, gated("/tmp", "-c", "echo a\necho b"))
+    assert lines is not None
+    assert lines.now == b"D /tmp\n", "its directory at adoption: a vanished one is a run never started"
+    assert lines.at_open.decode().split("\n") == ["U GONE", "E HOME=/home/u", "E CRONCTL_RUN_ID=r1", "C echo a",
+                                                   "C echo b", ""]
     argv = preface({}, {}, gated("", "/bin/echo", "one two", "$HOME"))
-    assert argv == b"A /bin/echo\nA one two\nA $HOME\n"
+    assert argv is not None and (argv.now, argv.at_open) == (b"", b"A /bin/echo\nA one two\nA $HOME\n")
 
 
 @pytest.mark.parametrize("env, tail", [

@@ -16,8 +16,9 @@ run is tracked as if it had just been spawned; the gate then opens with the usua
     A ARG          one argument of an argv command (exec'd, as the gate execs "$@")
     go             the gate opens
 
-The lines are written at adoption, so the child has its environment and directory before
-the gate opens; only "go" is left for the batch's one write. A request the lines cannot
+The directory line is written at adoption, so a vanished directory ends the child before
+its gate opens (a run never started, as with any gate); the other lines go in the same
+write as "go". A request the lines cannot
 carry (a job with a user, env_file or limits, which need the setup helper before the
 gate; a value with a newline; more than fits in the pipe at once) is spawned as usual.
 Until adopted the child has run nothing: closing its gate ends it (exit 125), and so
@@ -80,9 +81,11 @@ class WarmChild:
         poller.register(self.child.pidfd, select.POLLIN)
         return bool(poller.poll(0))
 
-    def adopt(self, log_fd: int, preface: bytes, now: float) -> GatedChild:
-        """Hand it the run's lines; the caller tracks the child returned, with its real log."""
-        os.write(self.child.gate_fd, preface)
+    def adopt(self, log_fd: int, lines: Preface, now: float) -> GatedChild:
+        """Hand it the run's directory now; the caller tracks the child returned, with its real
+        log, and has its gate write the rest of the lines just before "go"."""
+        if lines.now:
+            os.write(self.child.gate_fd, lines.now)
         close_all([self.child.log_fd])
         return replace(self.child, log_fd=log_fd, spawned_mono=now)
 
@@ -100,7 +103,17 @@ class WarmChild:
         self.guard.end()
 
 
-def preface(env: Mapping[str, str], base_env: Mapping[str, str], gated: Sequence[str]) -> bytes | None:
+@dataclass(frozen=True)
+class Preface:
+    """The lines for a warm child: `now` at adoption (its directory: a vanished one is a run
+    never started), `at_open` in the same write as "go" (20 children woken at adoption would
+    read their lines, a syscall a byte, while the loop writes their dispatch to the store)."""
+
+    now: bytes
+    at_open: bytes
+
+
+def preface(env: Mapping[str, str], base_env: Mapping[str, str], gated: Sequence[str]) -> Preface | None:
     """The lines that make a warm child spawned with `base_env` into the gated child `gated`
     (the argv preflight gave, GATE_SCRIPT's) with `env`; None if they cannot say it."""
     if len(gated) < 6 or tuple(gated[:4]) != (GATE_SHELL, "-c", GATE_SCRIPT, GATE_NAME):
@@ -109,10 +122,9 @@ def preface(env: Mapping[str, str], base_env: Mapping[str, str], gated: Sequence
     changed = [key for key, value in env.items() if base_env.get(key) != value]
     if not all(_sayable(key) for key in [*unset, *changed]):
         return None
-    lines = [f"U {key}" for key in unset] + [f"E {key}={env[key]}" for key in changed]
     cwd, tail = gated[4], list(gated[5:])
-    if cwd:
-        lines.append(f"D {cwd}")
+    lines = [f"D {cwd}"] if cwd else []
+    lines += [f"U {key}" for key in unset] + [f"E {key}={env[key]}" for key in changed]
     if tail[0] == "-c" and len(tail) == 2:
         if tail[1].endswith("\\"):
             return None  # the newline each C line adds would continue it
@@ -123,7 +135,10 @@ def preface(env: Mapping[str, str], base_env: Mapping[str, str], gated: Sequence
     if any("\n" in line or "\0" in line for line in lines):
         return None
     data = "\n".join(lines).encode("utf-8", "surrogateescape")
-    return data if len(data) <= MAX_PREFACE else None
+    if len(data) > MAX_PREFACE:
+        return None
+    split = data.index(b"\n") + 1 if cwd else 0
+    return Preface(data[:split], data[split:])
 
 
 def _sayable(key: str) -> bool:

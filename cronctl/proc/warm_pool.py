@@ -19,7 +19,7 @@ from cronctl.proc.fds import close_all
 from cronctl.proc.guard import Guard, start_guard
 from cronctl.proc.shared import SharedRuns
 from cronctl.proc.spawn import GatedChild, RunRequest, SpawnError, SpawnFn, open_run_log, start_gated
-from cronctl.proc.warm import WARM_ARGV, WarmChild, preface, warm_log_placeholder
+from cronctl.proc.warm import WARM_ARGV, Preface, WarmChild, preface, warm_log_placeholder
 
 Track = Callable[[RunRequest, GatedChild, Guard], None]
 
@@ -76,7 +76,7 @@ class WarmPool:
                 return child
         return None
 
-    def _hand_over(self, warm: WarmChild, req: RunRequest, log_fd: int, lines: bytes,
+    def _hand_over(self, warm: WarmChild, req: RunRequest, log_fd: int, lines: Preface,
                    track: Track) -> GatedChild | None:
         with self._shared.reap_lock:
             if warm.exited():
@@ -91,6 +91,10 @@ class WarmPool:
                 return None
             guard = warm.guard if req.kill_grace == warm.kill_grace else _new_guard(req, child, warm)
             track(req, child, guard)
+        with self._shared.lock:
+            tracked = self._shared.runs.get(req.run_id)
+            if tracked is not None:
+                tracked.gate.preface = lines.at_open
         return child
 
     def _spawn_one(self, kill_grace: float) -> WarmChild:
