@@ -26,7 +26,10 @@ about itself enters the figure. Runners:
   dependant as a job to run now; each job runs the same command through /bin/sh. Its store
   is memory (nothing durable): cronctl writes every hop to its store first.
 
-Usage: python bench/chain_hops.py [--chains 10] [--quick] [--filler N] [--no-pg] [--no-peer]
+`--cold` adds cronctl on JSON with no warm children (CRONCTL_WARM_CHILDREN=0): each hop
+spawns its dependants' children after the claim, as before warm children.
+
+Usage: python bench/chain_hops.py [--chains 10] [--quick] [--filler N] [--cold] [--no-pg] [--no-peer]
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ from _common import (  # noqa: E402
     machine_note,
     new_workdir,
     pct,
-    start_loop,
     stop_loop,
     table,
     wait_ticking,
@@ -58,6 +60,7 @@ from _common import (  # noqa: E402
 
 LINEAR = [f"n{i}" for i in range(10)]
 FAN = [f"w{i:02d}" for i in range(20)]
+COLD = "CRONCTL_WARM_CHILDREN"
 SHAPES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "linear": ("n0", list(zip(LINEAR, LINEAR[1:], strict=False))),
     "fan-out 20": ("r", [("r", name) for name in FAN]),
@@ -115,15 +118,16 @@ def recorded_hops(env: dict[str, str], chain_id: str, edges: list[tuple[str, str
     return [instant(runs[down]["started_at"]) - instant(runs[up]["ended_at"]) for up, down in edges]
 
 
-def cronctl_json(count: int, filler: int) -> tuple[Samples, Samples]:
+def cronctl_json(count: int, filler: int, extra_env: dict[str, str] | None = None) -> tuple[Samples, Samples]:
     work = new_workdir("chain-hops")
     home, stamps = work / "home", work / "stamps"
     stamps.mkdir()
-    env = bench_env(home)
+    env = {**bench_env(home), **(extra_env or {})}
     (work / "jobs.yaml").write_text(jobs_yaml(stamps, filler))
     if run(env, "apply", "-f", str(work / "jobs.yaml")).returncode != 0:
         raise SystemExit("apply failed")
-    loop = start_loop(home, "--quiet")
+    loop = subprocess.Popen([*cronctl_cmd(), "run", "--quiet"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     recorded: Samples = {}
     try:
         wait_ticking(home, loop.pid)
@@ -282,6 +286,8 @@ def measure(args: argparse.Namespace, count: int) -> tuple[dict[str, Samples], S
     ]
     stamped, recorded = cronctl_json(count, args.filler)
     results["cronctl, JSON, 1 loop"] = stamped
+    if args.cold:
+        results["cronctl, JSON, 1 loop, no warm children"] = cronctl_json(count, args.filler, {COLD: "0"})[0]
     if not args.no_pg:
         timed.append((f"cronctl, PostgreSQL, {args.loops} loops", lambda: cronctl_pg(count, args.loops)))
     if not args.no_peer:
@@ -301,6 +307,8 @@ def main() -> None:
     parser.add_argument("--loops", type=int, default=3, help="loops on PostgreSQL (default 3)")
     parser.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
     parser.add_argument("--no-peer", action="store_true", help="skip APScheduler")
+    parser.add_argument("--cold", action="store_true",
+                        help=f"also cronctl on JSON with {COLD}=0: every hop spawns its children (as before)")
     parser.add_argument("--json", type=Path, help="also write the samples here")
     args = parser.parse_args()
     count = 3 if args.quick else args.chains

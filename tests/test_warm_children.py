@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -38,6 +38,10 @@ def sup() -> Iterator[tuple[Supervisor, Results]]:
         yield supervisor, results
     finally:
         supervisor.shutdown(wait=10)
+
+
+def warm_children(supervisor: Supervisor) -> set[int]:
+    return {warm.child.pid for warm in supervisor.warm._children}
 
 
 def gated(cwd: str, *tail: str) -> list[str]:
@@ -82,7 +86,7 @@ def test_an_adopted_warm_child_runs_the_command_with_the_runs_environment_and_lo
         sup: tuple[Supervisor, Results], tmp_path: Path) -> None:
     supervisor, results = sup
     assert supervisor.warm.fill(2, lambda: False) == 2
-    warm_pids = {p.pid for p in psutil.Process().children() if GATE_NAME in " ".join(p.cmdline())}
+    warm_pids = warm_children(supervisor)
     shell = request(tmp_path, 'echo "run=$CRONCTL_RUN_ID x=$X pwd=$(pwd)"\nexit 3', cwd=str(tmp_path),
                     env={"X": "a b $HOME"})
     argv = request(tmp_path, ("/bin/echo", "one  two", "$HOME"))
@@ -143,26 +147,42 @@ def test_a_request_the_lines_cannot_carry_leaves_the_warm_child_for_another(
 def test_a_warm_child_that_died_is_not_adopted(sup: tuple[Supervisor, Results], tmp_path: Path) -> None:
     supervisor, results = sup
     supervisor.warm.fill(1, lambda: False)
-    (warm,) = [p for p in psutil.Process().children() if GATE_NAME in " ".join(p.cmdline())]
-    os.kill(warm.pid, signal.SIGKILL)
+    (warm,) = warm_children(supervisor)
+    os.kill(warm, signal.SIGKILL)  # still unreaped: the pid cannot name another process
     time.sleep(0.2)
     req = request(tmp_path, "echo fresh")
     child = supervisor.spawn_gated(req, warm=True)
-    assert child.pid != warm.pid
+    assert child.pid != warm
     supervisor.open_gates([req.run_id])
     assert results.wait(req.run_id).status == "success"
     assert req.log_path.read_text() == "fresh\n"
     assert len(results.by_id) == 1, "the dead warm child was no run: no result of its own"
 
 
+def guards(done: Callable[[dict[int, list[str]]], bool]) -> dict[int, list[str]]:
+    """The guards among our children, once `done` says so (a guard just spawned may not have
+    exec'd its shell yet: its command line is still ours for a moment)."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = {}
+        for proc in psutil.Process().children():
+            try:
+                if "cronctl-guard" in proc.cmdline():
+                    found[proc.pid] = proc.cmdline()
+            except psutil.Error:
+                continue
+        if done(found) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
 def test_a_run_with_another_kill_grace_gets_a_guard_of_its_own(sup: tuple[Supervisor, Results], tmp_path: Path) -> None:
     supervisor, results = sup
     supervisor.warm.fill(1, lambda: False, kill_grace=10.0)
-    guards = lambda: {p.pid: p.cmdline() for p in psutil.Process().children() if "cronctl-guard" in p.cmdline()}  # noqa: E731
-    (warm_guard,) = guards()
+    (warm_guard,) = guards(lambda found: len(found) == 1)
     req = request(tmp_path, "sleep 0.3", kill_grace=2.0)
     supervisor.spawn_gated(req, warm=True)
-    (new_guard, argv), = guards().items()
+    (new_guard, argv), = guards(lambda found: len(found) == 1 and warm_guard not in found).items()
     assert new_guard != warm_guard and argv[-1] == "20", "the run's guard waits its own 2 s"
     supervisor.open_gates([req.run_id])
     assert results.wait(req.run_id).status == "success"
