@@ -160,10 +160,13 @@ def test_cronctl_warm_children_caps_the_pool_and_zero_turns_it_off(
     ops.add_job(ctx, ops.spec_from_options("w", {"after": ["r"], "command": "true"}))
     chain_id, _ = ctx.leases.force_chain("r", ctx.clock.now())
     engine = build_engine(ctx, cli_owner())
+    made = []
+    real_fill = engine.supervisor.warm.fill
+    engine.supervisor.warm.fill = lambda *a, **k: made.append(real_fill(*a, **k)) or made[-1]  # type: ignore[method-assign]
     engine.supervisor.start()
     try:
         assert steady_tick(engine) == (0, 1)
-        assert len(engine.supervisor.warm) == 0
+        assert len(engine.supervisor.warm) == 0 and not any(made), "not one warm child, not even for the root"
         wait_result(engine)
         assert steady_tick(engine) == (1, 1), "the hop spawns its child as before"
         wait_result(engine)

@@ -57,7 +57,9 @@ class WarmHops:
         if self._pool is None or not roots:
             return
         self.dispatched(roots)
-        self._pool.fill(self.target, lambda: False)
+        if self.target == 0:
+            return  # CRONCTL_WARM_CHILDREN=0
+        self._pool.fill(self.target + len(roots), lambda: False)  # the roots adopt one each too
 
     def tend(self, busy: Callable[[], bool]) -> None:
         """Fill the pool up to the target while `busy()` is false; past KEEP_WARM, empty it."""
