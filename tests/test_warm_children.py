@@ -199,6 +199,13 @@ def test_shutdown_and_drain_leave_no_warm_child(tmp_path: Path) -> None:
     assert left == [], f"left running: {[p.cmdline() for p in left]}"
 
 
+def test_a_supervisor_shutting_down_makes_no_warm_child() -> None:
+    supervisor = Supervisor(on_result=Results())
+    supervisor.start()
+    supervisor.shutdown(wait=10)
+    assert supervisor.warm.fill(3, lambda: False) == 0
+
+
 def test_filling_stops_as_soon_as_it_is_told() -> None:
     supervisor = Supervisor(on_result=Results())
     supervisor.start()

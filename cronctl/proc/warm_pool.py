@@ -41,7 +41,7 @@ class WarmPool:
         """Spawn warm children until there are `target`, or `stop()` says so (a result waits).
         A spawn the platform refuses ends the filling: the hop then spawns as usual."""
         made = 0
-        while len(self) < target and not stop():
+        while len(self) < target and not self._shared.stopping and not stop():
             try:
                 warm = self._spawn_one(kill_grace)
             except (OSError, SpawnError):
