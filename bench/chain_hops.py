@@ -330,7 +330,7 @@ def main() -> None:
             print(f"{name}: {verdict}; target p99 <= {target * 1000:.0f} ms: {'met' if met else 'missed'}")
     print(machine_note())
     if args.json:
-        args.json.write_text(json.dumps({"results": results, "recorded": recorded}, indent=1))
+        args.json.write_text(json.dumps({"results": results, "recorded": recorded}))
 
 
 if __name__ == "__main__":
