@@ -20,6 +20,7 @@ def drive_chain(engine: Engine, chain_id: str) -> dict[str, Any] | None:
         engine.record_results()
         batch = ctx.leases.claim_chain(chain_id, ctx.clock.now(), engine.owner, engine.lease())
         engine.dispatch(batch)
+        engine.warm_hops.tend(engine.busy)
         doc = ctx.store.read()
         chain = (doc.get("chains") or {}).get(chain_id)
         if chain is None or chain.get("ended_at") is not None:

@@ -29,6 +29,7 @@ from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (schedu
 from cronctl.loop.held import ActiveRun, HeldRun
 from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import on_failure_request
+from cronctl.loop.warm_hops import WarmHops
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger
 from cronctl.proc.childsetup import child_setup_of
 from cronctl.proc.identity import identify
@@ -149,6 +150,8 @@ class Engine:
         self._outbox_seen: dict[str, Any] | None = None
         # Owed notifications handed to their worker at the end of each tick (loop/notify_worker.py).
         self.notifications: NotifyPump | None = None
+        # Children spawned ahead for the chain hops this loop makes (loop/warm_hops.py).
+        self.warm_hops = WarmHops(supervisor, ctx.clock.monotonic)
 
     # --- wiring ----------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class Engine:
         self.renew_if_due()
         if self.notifications is not None:
             self.notifications.pump(self)
+        self.warm_hops.tend(self.busy)
         report.sleep_hint = self.sleep_hint()
         return report
 
@@ -266,6 +270,7 @@ class Engine:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         began = self.ctx.clock.monotonic()
         spawned = self._spawn_all(batch.claims)
+        self.warm_hops.dispatched(batch.claims)  # a chain's root claimed ahead: warm children before its slot
         if spawned:
             self._spawn_cost = max(0.0005, (self.ctx.clock.monotonic() - began) / len(batch.claims))
         by_id = {new.run_id: new for new in batch.claims}
@@ -394,7 +399,9 @@ class Engine:
             for old in new.replaces:
                 if old in self.active:
                     self.supervisor.kill(old, "replaced")
+        self.warm_hops.before_start(batch.claims)
         spawned = self._spawn_all(batch.claims)
+        self.warm_hops.dispatched(batch.claims)
         if not spawned:
             return
         now, began = self.ctx.clock.now(), self.ctx.clock.monotonic()
@@ -450,7 +457,7 @@ class Engine:
             setup=child_setup_of(new.spec),
         )
         try:
-            child = self.supervisor.spawn_gated(request, wake=False)
+            child = self.supervisor.spawn_gated(request, wake=False, warm=new.chain is not None)
         except BlockedConfig as exc:
             outcome = Outcome(RunStatus.NOT_STARTED, "blocked_config", output_tail=exc.message, fault=Fault.JOB)
             refused.append(Refused(new.job, new.run_id, outcome, Event(AuditEvent.RUN_SKIPPED, {
@@ -516,6 +523,13 @@ class Engine:
             self._after_finish(run, done)
         self._claim_hops(hops)
         return len(results)
+
+    def busy(self) -> bool:
+        """A result waits to be recorded, or something falls due within 50 ms: no warm spawn now."""
+        if not self._pending.results.empty():
+            return True
+        self.due.refresh()  # after the tick's own writes: what is due now, not what was before them
+        return self.sleep_hint(0.1) < 0.05
 
     def _claim_hops(self, chain_ids: list[str]) -> None:
         """The dependants those finishes made ready, claimed and started now (SPEC §10: within

@@ -54,6 +54,8 @@ class Gate:
     state: GateState = "closed"
     opened_mono: float | None = None  # when "go" was written, or found unwritable
     not_started_reason: str | None = None  # why a closed gate was cancelled
+    # Written just before "go": an adopted warm child's environment and command (proc/warm.py).
+    preface: bytes = b""
 
     @property
     def can_open(self) -> bool:
@@ -63,7 +65,7 @@ class Gate:
         """Let the command begin. Only the write: closing the fd waits until a whole batch is written."""
         assert self.fd is not None
         try:
-            os.write(self.fd, b"go\n")
+            os.write(self.fd, self.preface + b"go\n")
             self.state = "open"
         except OSError:
             # The gate's reader is gone: the child died before the

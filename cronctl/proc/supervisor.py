@@ -35,6 +35,7 @@ from cronctl.proc.spawn import (
     spawn_session,
     start_gated,
 )
+from cronctl.proc.warm_pool import WarmPool
 from cronctl.proc.watcher import Watcher
 
 
@@ -62,6 +63,8 @@ class Supervisor:
         self._became_subreaper = False
         self._shared = SharedRuns(monotonic, timeouts_enabled)
         self._thread: threading.Thread | None = None
+        # Gated shells made ahead of the runs a chain hop claims (proc/warm.py).
+        self.warm = WarmPool(self._shared, self._spawn, monotonic)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -75,14 +78,20 @@ class Supervisor:
         self._thread = threading.Thread(target=watcher.run, name="cronctl-supervisor", daemon=True)
         self._thread.start()
 
-    def spawn_gated(self, req: RunRequest, wake: bool = True) -> Spawned:
+    def spawn_gated(self, req: RunRequest, wake: bool = True, warm: bool = False) -> Spawned:
         """Start the child blocked on its gate: the command has not begun yet.
 
         `wake=False`: one of a batch, whose caller calls `wake()` once after the last
         (a wake-up per child hands the GIL to the supervisor thread between two spawns:
-        about a third of a millisecond each, 20 children on one chain hop)."""
+        about a third of a millisecond each, 20 children on one chain hop).
+        `warm`: adopt a warm child made ahead (proc/warm.py) if one can be the run."""
         self._check_accepting(req.run_id)
         env, argv = preflight(req)
+        adopted = self.warm.adopt(req, env, argv, self._track) if warm else None
+        if adopted is not None:
+            if wake:
+                self._shared.wake()
+            return Spawned(req.run_id, adopted.pid, adopted.start_time)
         log_fd = open_run_log(req)
         with self._shared.reap_lock:
             child = start_gated(req, env, argv, log_fd, self._spawn, self._mono)
@@ -154,6 +163,7 @@ class Supervisor:
 
     def shutdown(self, reason: str = "shutdown", wait: float | None = None) -> None:
         """Kill every run (each with its kill_grace), deliver results, stop the thread."""
+        self.warm.drain()
         with self._shared.lock:
             self._shared.stopping = True
             thread = self._thread

@@ -71,6 +71,17 @@ def has_dependants(doc: dict[str, Any], job: str) -> bool:
     return job in _upstream_names(doc)
 
 
+def dependant_count(doc: dict[str, Any], job: str) -> int:
+    """How many jobs run right after `job` (a scheduled root's first hop)."""
+    return sum(1 for name in _dependants(doc) if job in (doc["jobs"][name].get("after") or ()))
+
+
+def waiting_count(doc: dict[str, Any], chain_id: str) -> int:
+    """How many nodes of the chain still wait on an upstream."""
+    nodes = chains_of(doc)[chain_id]["nodes"]
+    return sum(1 for node in nodes.values() if node.get("status") == WAITING)
+
+
 # Every finish asks has_dependants; a batch of finishes is one transaction of one revision,
 # so the set of upstream names is computed once per (jobs mapping, revision), not per run
 # (a scan of 1000 jobs per finish cost 80 ms per batch of 1000 finishes).

@@ -69,6 +69,7 @@ def _claim_node(doc: dict[str, Any], chain_id: str, job: str, node: dict[str, An
     new.spec = new.spec.with_changes(env={**new.spec.env, **chain_doc.run_env(chain_id, node)})
     batch.events[-1].details["chain"] = chain_id
     chain_doc.mark_running(doc, chain_id, job, new.run_id, attempt)
+    new.warm_hint = chain_doc.waiting_count(doc, chain_id)
 
 
 def start_forced(doc: dict[str, Any], job: str, chain_id: str, now: datetime) -> list[Event]:
@@ -89,6 +90,7 @@ def mark_roots(doc: dict[str, Any], batch: ClaimBatch) -> None:
         claim = doc["jobs"][new.job]["state"]["claims"].get(new.run_id) or {}
         if claim.get("chain") is None and new.trigger == Trigger.SCHEDULE and chain_doc.has_dependants(doc, new.job):
             new.extra_env = {"CRONCTL_CHAIN_ID": new.run_id, "CRONCTL_UPSTREAM": ""}
+            new.warm_hint = chain_doc.dependant_count(doc, new.job)
 
 
 def _rows(batch: ClaimBatch, rows: list[chain_doc.Row]) -> None:

@@ -82,6 +82,9 @@ class NewClaim:
     # handed back when its spec changed): a chain root's CRONCTL_CHAIN_ID (store/chains.py).
     extra_env: dict[str, str] = field(default_factory=dict)
     chain: str | None = None  # a chain node's chain (store/chains.py): its end decides the nodes below
+    # Chain nodes this run's end may make ready (store/chains.py): how many children the loop
+    # keeps warm for the hop (loop/warm_hops.py). A hint: 0 when not known.
+    warm_hint: int = 0
 
 
 @dataclass

@@ -63,8 +63,11 @@ def test_b_killed_by_an_operator_fails_its_chain_visibly(home: Path, tmp_path: P
     check_failed_by_b(home, "killed")
 
 
-def test_b_whose_child_cannot_be_spawned_fails_its_chain_once(home: Path, tmp_path: Path) -> None:
-    """The loop's own engine, with a spawn that fails for b (fork: EAGAIN) and works otherwise."""
+def test_b_whose_child_cannot_be_spawned_fails_its_chain_once(home: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's own engine, with a spawn that fails for b (fork: EAGAIN) and works otherwise.
+    No warm children (loop/warm_hops.py): b's hop would adopt one, spawned before b was known."""
+    monkeypatch.setenv("CRONCTL_WARM_CHILDREN", "0")
     assert cli(home, "apply", "-f", str(chain_yaml(tmp_path, "true"))).returncode == 0
     clock = FakeClock(datetime.now(timezone.utc).replace(microsecond=0))
     ctx = Context.open(home, clock=clock)

@@ -91,3 +91,86 @@ def test_chain_names_are_read_from_the_bytes() -> None:
     assert lines is not None and lines.chain_names() == ["b", "c d"]
     escaped = JobLines.of(raw.replace(b'"c d"', b'"c\\u0020d"'))
     assert escaped is not None and escaped.chain_names() is None
+
+
+def test_a_fan_out_hop_adopts_children_spawned_while_its_upstream_ran(home: Path) -> None:
+    """The loop keeps as many warm children as the chain has nodes waiting (loop/warm_hops.py),
+    spawned after the tick that started the upstream: the hop that claims the dependants
+    spawns none, it adopts those. No chain dispatched for KEEP_WARM: they are let go."""
+    import time
+
+    from cronctl.loop import warm_hops
+
+    ctx = Context.open(home)
+    ops.add_job(ctx, ops.spec_from_options("r", {"every": "1h", "command": "sleep 0.3"}))
+    for name in ("w0", "w1", "w2"):
+        ops.add_job(ctx, ops.spec_from_options(name, {"after": ["r"], "command": "sleep 1; echo $CRONCTL_UPSTREAM"}))
+    chain_id, _ = ctx.leases.force_chain("r", ctx.clock.now())
+    engine = build_engine(ctx, cli_owner())
+    engine.supervisor.start()
+    try:
+        assert steady_tick(engine) == (0, 1)
+        warm = {child.child.pid for child in engine.supervisor.warm._children}
+        assert len(warm) == 3, "one warm child per node still waiting, made in the root's tick"
+        root_run = next(iter(engine.active))
+        wait_result(engine)
+        assert steady_tick(engine) == (1, 3)
+        assert {run.pid for run in engine.supervisor._shared.runs.values()
+                if run.run_id in engine.active} == warm, "the hop adopted them, spawning none"
+        while engine.active:
+            wait_result(engine)
+            steady_tick(engine)
+        engine.warm_hops._mono = lambda: time.monotonic() + warm_hops.KEEP_WARM + 1
+        engine.warm_hops.tend(lambda: False)
+        assert len(engine.supervisor.warm) == 0
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+    doc = ctx.store.read()
+    assert doc["chains"][chain_id]["outcome"] == "success"
+    for name in ("w0", "w1", "w2"):
+        (record,) = [r for r in ctx.leases.history(name) if r.get("chain") == chain_id]
+        assert Path(record["log"]).read_text() == f"{root_run}\n", "each adopted child got its run's environment"
+
+
+def test_a_loop_that_runs_no_chain_keeps_no_warm_child(home: Path) -> None:
+    ctx = Context.open(home)
+    ops.add_job(ctx, ops.spec_from_options("plain", {"every": "1h", "command": "true"}))
+    engine = build_engine(ctx, cli_owner())
+    engine.supervisor.start()
+    try:
+        engine.force("plain")
+        engine.tick()
+        assert len(engine.supervisor.warm) == 0
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+
+
+def test_cronctl_warm_children_caps_the_pool_and_zero_turns_it_off(
+        home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from cronctl.loop import warm_hops
+
+    monkeypatch.setenv(warm_hops.MAX_ENV, "2")
+    assert warm_hops.max_warm() == 2
+    monkeypatch.setenv(warm_hops.MAX_ENV, "many")
+    assert warm_hops.max_warm() == warm_hops.MAX_WARM
+    assert "CRONCTL_WARM_CHILDREN='many' is not a count of children" in capsys.readouterr().err
+    monkeypatch.setenv(warm_hops.MAX_ENV, "0")
+    ctx = Context.open(home)
+    ops.add_job(ctx, ops.spec_from_options("r", {"every": "1h", "command": "sleep 0.2"}))
+    ops.add_job(ctx, ops.spec_from_options("w", {"after": ["r"], "command": "true"}))
+    chain_id, _ = ctx.leases.force_chain("r", ctx.clock.now())
+    engine = build_engine(ctx, cli_owner())
+    made = []
+    real_fill = engine.supervisor.warm.fill
+    engine.supervisor.warm.fill = lambda *a, **k: made.append(real_fill(*a, **k)) or made[-1]  # type: ignore[method-assign]
+    engine.supervisor.start()
+    try:
+        assert steady_tick(engine) == (0, 1)
+        assert len(engine.supervisor.warm) == 0 and not any(made), "not one warm child, not even for the root"
+        wait_result(engine)
+        assert steady_tick(engine) == (1, 1), "the hop spawns its child as before"
+        wait_result(engine)
+        steady_tick(engine)
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+    assert ctx.store.read()["chains"][chain_id]["outcome"] == "success"

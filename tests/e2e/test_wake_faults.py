@@ -66,8 +66,9 @@ def test_a_failure_after_the_spawn_closes_the_childs_gate(engine: Engine, tmp_pa
     spawned: list[str] = []
     real = Supervisor.spawn_gated
 
-    def spawn_then_fail(self: Supervisor, req: RunRequest, wake: bool = True):  # type: ignore[no-untyped-def]
-        real(self, req, wake)
+    def spawn_then_fail(self: Supervisor, req: RunRequest, wake: bool = True,  # type: ignore[no-untyped-def]
+                        warm: bool = False):
+        real(self, req, wake, warm)
         spawned.append(req.run_id)
         raise OSError(errno.ENOSPC, "No space left on device")
 
