@@ -16,12 +16,13 @@ if TYPE_CHECKING:
     from cronctl.context import Context
 
 
-def job_views(ctx: Context) -> list[JobView]:
-    """Every job with its state, by name."""
+def job_views(ctx: Context, prefix: str | None = None) -> list[JobView]:
+    """Every job with its state, by name; only those whose name starts with `prefix` when given
+    (on PostgreSQL the store reads only those rows)."""
     if ctx.on_postgres or ctx.lease_store is not None:
-        return ctx.leases.jobs()
+        return ctx.leases.jobs(prefix)
     jobs = ctx.store.read()["jobs"]
-    return [JobView.from_entry(jobs[name]) for name in sorted(jobs)]
+    return [JobView.from_entry(jobs[name]) for name in sorted(jobs) if name.startswith(prefix or "")]
 
 
 def job_view(ctx: Context, name: str) -> JobView:

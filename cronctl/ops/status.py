@@ -8,6 +8,7 @@ pay for the claim, control and process machinery of force-run and kill.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cronctl.context import Context
@@ -31,6 +32,13 @@ class StatusReport:
     counters: dict[str, int]
     # On PostgreSQL: every loop the store remembers (`loop` sums them up); None on the JSON store.
     loops: list[dict[str, Any]] | None = None
+    # `status --stale` on PostgreSQL judges only the jobs that may be stale (store/pg/stale.py):
+    # whether the store holds any job is then said here. None: `jobs` is every job.
+    any_jobs: bool | None = None
+
+    @property
+    def has_jobs(self) -> bool:
+        return bool(self.jobs) if self.any_jobs is None else self.any_jobs
 
     @property
     def stale_jobs(self) -> list[JobStatus]:
@@ -43,14 +51,15 @@ class StatusReport:
 
     @property
     def stale(self) -> bool:
-        return bool(self.stale_jobs) or (self.loop_stale and bool(self.jobs))
+        return bool(self.stale_jobs) or (self.loop_stale and self.has_jobs)
 
 
-def status(ctx: Context) -> StatusReport:
+def status(ctx: Context, only_stale: bool = False) -> StatusReport:
+    """Every job with its health; `only_stale` may leave out jobs that cannot be stale."""
     now = ctx.clock.now()
     # The document itself, not ctx.leases.jobs(): the fast path of `status --json` must not
     # import the lease machinery (about 20 ms), and this one read gives jobs and counters.
-    views, counters, chains = _read_jobs(ctx)
+    views, counters, chains, any_jobs = _read_jobs(ctx, now if only_stale else None)
     alive, expired = judges(ctx)
     specs = {view.spec.name: view.spec for view in views} if chains else {}
     jobs = []
@@ -61,21 +70,28 @@ def status(ctx: Context) -> StatusReport:
         from cronctl.ops.cluster import cluster_loops, cluster_summary
 
         rows = cluster_loops(ctx)
-        return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows])
-    return StatusReport(loop_status(ctx.paths, now), jobs, counters)
+        return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows], any_jobs)
+    return StatusReport(loop_status(ctx.paths, now), jobs, counters, any_jobs=any_jobs)
 
 
-def _read_jobs(ctx: Context) -> tuple[list[JobView], dict[str, int], dict[str, Any]]:
-    """Every job by name, the counters and the chains: the lease store's views on PostgreSQL
-    (and its chain rows), one document read otherwise."""
+def _read_jobs(ctx: Context, stale_at: datetime | None) -> tuple[list[JobView], dict[str, int], dict[str, Any],
+                                                               bool | None]:
+    """Every job by name, the counters, the chains and (None: judge by the jobs) whether any job
+    is kept: the lease store's views on PostgreSQL (and its chain rows), where with `stale_at`
+    only the jobs that may be stale then are read; one document read otherwise."""
     if ctx.on_postgres:
         from cronctl.store.pg.docstore import PgDocStore
+        from cronctl.store.pg.leases import PgLeaseStore
 
         chains = ctx.store.chains() if isinstance(ctx.store, PgDocStore) else {}
-        return ctx.leases.jobs(), ctx.leases.counters(), chains
+        leases = ctx.leases
+        if stale_at is not None and isinstance(leases, PgLeaseStore):
+            views, any_jobs = leases.may_be_stale(stale_at)
+            return views, leases.counters(), chains, any_jobs
+        return leases.jobs(), leases.counters(), chains, None
     doc = ctx.store.read()
     views = [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
-    return views, dict(doc.get("counters") or {}), doc.get("chains") or {}
+    return views, dict(doc.get("counters") or {}), doc.get("chains") or {}, None
 
 
 def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:
@@ -84,7 +100,7 @@ def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:
     return {
         "loop": report.loop.to_dict(),
         **({"loops": report.loops} if report.loops is not None else {}),
-        "loop_stale": report.loop_stale and bool(report.jobs),
+        "loop_stale": report.loop_stale and report.has_jobs,
         "stale": report.stale,
         "counters": report.counters,
         "jobs": [

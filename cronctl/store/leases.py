@@ -90,7 +90,7 @@ class LeaseStore(Protocol):
 
     def has_job(self, job: str) -> bool: ...
 
-    def jobs(self) -> list[JobView]: ...
+    def jobs(self, prefix: str | None = None) -> list[JobView]: ...
 
     def job(self, name: str) -> JobView: ...
 
@@ -314,9 +314,10 @@ class UnitLeaseStore:
     def has_job(self, job: str) -> bool:
         return self.units.has_job(job)
 
-    def jobs(self) -> list[JobView]:
-        """Every job with its state, by name (`list`, `status`)."""
-        entries = self.units.entries()
+    def jobs(self, prefix: str | None = None) -> list[JobView]:
+        """Every job with its state, by name (`list`, `status`); with `prefix`, only the jobs
+        whose name starts with it (`list NAME-PREFIX`)."""
+        entries = self.units.entries(prefix=prefix) if prefix else self.units.entries()
         return [JobView.from_entry(entries[name]) for name in sorted(entries)]
 
     def job(self, name: str) -> JobView:
