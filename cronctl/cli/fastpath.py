@@ -22,7 +22,6 @@ ways byte for byte.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from typing import Any, NamedTuple
