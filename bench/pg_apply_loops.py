@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -48,12 +49,18 @@ def big_file(path: Path, jobs: int) -> Path:
 
 
 def window(ledger: Path, first: float, start: float, end: float) -> dict[str, Any]:
-    """Lateness of `tick`'s slots (every second from `first`, wall clock) in [start, end)."""
-    skip = max(0, int(start - first) + 1)
-    instants = [first + n for n in range(skip, skip + int(end - start) + 1) if start <= first + n < end]
-    values = lateness.lateness_by_instant(ledger, instants)
-    out = lateness.summarize(values, len(instants))
-    out["missed"] = pg_cluster.tally(ledger, instants, 1)["missed"]
+    """Lateness of `tick`'s slots (every second from `first`, wall clock) in [start, end): each
+    start of the ledger belongs to the latest slot at or before it (bench/lateness.py's rule),
+    and only the starts of this window's slots count."""
+    slots = {first + n for n in range(int(start - first), int(end - first) + 1) if start <= first + n < end}
+    values, seen = [], set()
+    for started, _name in lateness.read_ledger(ledger):
+        slot = first + math.floor(started - first + 0.0005)
+        if slot in slots:
+            values.append(max(0.0, started - slot))
+            seen.add(slot)
+    out = lateness.summarize(values, len(slots))
+    out["missed"] = len(slots - seen)
     return out
 
 
