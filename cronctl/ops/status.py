@@ -81,14 +81,11 @@ def _read_jobs(ctx: Context, stale_at: datetime | None) -> tuple[list[JobView], 
     only the jobs that may be stale then are read; one document read otherwise."""
     if ctx.on_postgres:
         from cronctl.store.pg.docstore import PgDocStore
-        from cronctl.store.pg.leases import PgLeaseStore
 
         chains = ctx.store.chains() if isinstance(ctx.store, PgDocStore) else {}
         leases = ctx.leases
-        if stale_at is not None and isinstance(leases, PgLeaseStore):
-            views, any_jobs = leases.may_be_stale(stale_at)
-            return views, leases.counters(), chains, any_jobs
-        return leases.jobs(), leases.counters(), chains, None
+        views, any_jobs = leases.may_be_stale(stale_at) if stale_at is not None else (leases.jobs(), None)
+        return views, leases.counters(), chains, any_jobs
     doc = ctx.store.read()
     views = [JobView.from_entry(doc["jobs"][name]) for name in sorted(doc["jobs"])]
     return views, dict(doc.get("counters") or {}), doc.get("chains") or {}, None

@@ -92,6 +92,8 @@ class LeaseStore(Protocol):
 
     def jobs(self, prefix: str | None = None) -> list[JobView]: ...
 
+    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]: ...
+
     def job(self, name: str) -> JobView: ...
 
     def counters(self) -> dict[str, int]: ...
@@ -319,6 +321,11 @@ class UnitLeaseStore:
         whose name starts with it (`list NAME-PREFIX`)."""
         entries = self.units.entries(prefix=prefix) if prefix else self.units.entries()
         return [JobView.from_entry(entries[name]) for name in sorted(entries)]
+
+    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]:
+        """The jobs `status --stale` must judge at `now`, and whether the store holds any job
+        (None: as the jobs say). Here every job; PostgreSQL reads only those that may be stale."""
+        return self.jobs(), None
 
     def job(self, name: str) -> JobView:
         """One job; JobNotFoundError names it when there is none."""

@@ -86,7 +86,7 @@ class PgLeaseStore(UnitLeaseStore):
                 jobs.update(load_jobs(self.conn, _MAY_BE_LATE, {"late_by": late_by}, lock=None))
         return {"jobs": jobs}
 
-    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool]:
+    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]:
         """The jobs that may be stale at `now`, by name, found by index (store/pg/stale.py), and
         whether the store holds any job: what `status --stale` judges, without every row."""
         with self.units.read():
