@@ -23,8 +23,13 @@ and execution time pg_stat_statements records for their statements (COMMIT inclu
 protocol's parse and the network are not in it), reset before each claim. The server must
 load the module (`shared_preload_libraries = 'pg_stat_statements'`, `track_planning = on`).
 
-Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--fsync] [--api lease] [--chained N]
-                                [--server-time]
+`--runs N` measures each size N times on one database; `--keep` keeps each size's database
+for the next invocation (a million rows are filled once), `--drop-kept` drops them. Each
+run ends with the targets of issue 21 (server <= 1 ms, client <= 10 ms per round, flat: the
+largest size within 1.5x of the smallest) and met/missed.
+
+Usage: python bench/pg_claim.py [--sizes 1000,100000] [--rounds 200] [--runs 1] [--keep] [--drop-kept]
+                                [--fsync] [--api lease] [--chained N] [--server-time]
 """
 
 from __future__ import annotations
@@ -57,6 +62,12 @@ from cronctl.store.pg.loops import LoopIdentity, beat, register  # noqa: E402
 from cronctl.store.pg.schema import ensure_schema  # noqa: E402
 
 LEASE = 60.0
+KEPT_PREFIX = "cronctl_bench_claim_"
+# Issue 21: per round, server time <= 1 ms and client time <= 10 ms; flat from the smallest
+# size to the largest (read here as: the largest size's median within 1.5x of the smallest's,
+# the ratio issue 21 gives a command); the idle beat flat too.
+TARGETS = {"total": 10.0, "server": 1.0}
+FLAT = 1.5
 SUCCESS = Outcome(RunStatus.SUCCESS, None, exit_code=0, duration=0.01, output_tail="ok\n")
 
 
@@ -84,6 +95,45 @@ def fresh_database(url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def kept_database(url: str, name: str | None, fill: Callable[[str], None]) -> Iterator[str]:
+    """A fresh database filled by `fill`, dropped at the end; or, with `name` (`--keep`), the
+    database of that name: filled once, then reused as it is by the next runs (a million
+    rows take minutes to insert on a shared machine). `--drop-kept` drops the kept ones."""
+    if name is None:
+        with fresh_database(url) as db_url:
+            fill(db_url)
+            yield db_url
+        return
+    db_url = url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        filled = admin.execute("SELECT shobj_description(oid, 'pg_database') = 'filled' FROM pg_database"
+                               " WHERE datname = %s", (name,)).fetchone()
+    if not (filled and filled[0]):  # none yet, or one whose filling was cut short
+        drop_database(url, name)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        fill(db_url)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'COMMENT ON DATABASE "{name}" IS \'filled\'')
+    yield db_url
+
+
+def drop_database(url: str, name: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def drop_kept(url: str, prefix: str) -> list[str]:
+    """Drop every kept database whose name starts with `prefix`; their names."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        names = [row[0] for row in admin.execute("SELECT datname FROM pg_database WHERE starts_with(datname, %s)",
+                                                 (prefix,)).fetchall()]
+    for name in names:
+        drop_database(url, name)
+    return names
 
 
 def populate_lease(conn: Connection, jobs: int) -> None:
@@ -164,37 +214,51 @@ class ServerClock:
 
 
 def measure(url: str, jobs: int, rounds: int, api: str = "lease", chained: int = 0,
-            server_time: bool = False) -> dict[str, list[float]]:
-    """Milliseconds of each step over `rounds` rounds at `jobs` rows; `api` must be "lease"."""
+            server_time: bool = False, keep: bool = False, runs: int = 1) -> list[dict[str, list[float]]]:
+    """Milliseconds of each step over `rounds` rounds at `jobs` rows, `runs` times on one database
+    (one dict per run); `api` must be "lease"; `keep`: the database is kept for the next call."""
     if api != "lease":
         raise ValueError(f"bench/pg_claim.py: unknown --api {api!r}: the run path is PgLeaseStore ('lease')")
-    with fresh_database(url) as db_url, connect(parse_store_url(db_url)) as conn:
-        ensure_schema(conn)
-        conn.commit()
+
+    def fill(db_url: str) -> None:
+        with connect(parse_store_url(db_url)) as conn:
+            ensure_schema(conn)
+            conn.commit()
         # a plain connection: the store's own has a 5 s deadline on each wait, shorter than
         # the insert of a million rows
         with psycopg.connect(db_url) as filler:
             populate_lease(filler, jobs)
             if chained:
                 populate_chained(filler, chained)
+
+    name = f"{KEPT_PREFIX}{jobs}_{chained}" if keep else None
+    with kept_database(url, name, fill) as db_url, connect(parse_store_url(db_url)) as conn:
+        ensure_schema(conn)  # a kept database of an older schema is brought up to date
+        conn.commit()
         leases = PgLeaseStore(conn, "bench-host")
         clock = ServerClock(db_url) if server_time else None
-        for _ in range(10):  # warm the caches and the connection
-            one_lease_round(conn, leases)
-        times: dict[str, list[float]] = {"claim": [], "dispatch": [], "finish": [], "total": []}
-        if clock is not None:
-            times["server"] = []
-        for _ in range(rounds):
-            claim, dispatch, end = one_lease_round(conn, leases, clock.reset if clock else None)
-            for key, value in (("claim", claim), ("dispatch", dispatch), ("finish", end),
-                               ("total", claim + dispatch + end)):
-                times[key].append(value * 1000)
+        try:
+            return [one_run(conn, leases, rounds, clock) for _ in range(runs)]
+        finally:
             if clock is not None:
-                times["server"].append(clock.elapsed_ms())
-        times.update(idle_beats(conn, rounds, clock))
+                clock.conn.close()
+
+
+def one_run(conn: Connection, leases: PgLeaseStore, rounds: int, clock: ServerClock | None) -> dict[str, list[float]]:
+    for _ in range(10):  # warm the caches and the connection
+        one_lease_round(conn, leases)
+    times: dict[str, list[float]] = {"claim": [], "dispatch": [], "finish": [], "total": []}
+    if clock is not None:
+        times["server"] = []
+    for _ in range(rounds):
+        claim, dispatch, end = one_lease_round(conn, leases, clock.reset if clock else None)
+        for key, value in (("claim", claim), ("dispatch", dispatch), ("finish", end),
+                           ("total", claim + dispatch + end)):
+            times[key].append(value * 1000)
         if clock is not None:
-            clock.conn.close()
-        return times
+            times["server"].append(clock.elapsed_ms())
+    times.update(idle_beats(conn, rounds, clock))
+    return times
 
 
 def idle_beats(conn: Connection, rounds: int, clock: ServerClock | None) -> dict[str, list[float]]:
@@ -216,23 +280,57 @@ def idle_beats(conn: Connection, rounds: int, clock: ServerClock | None) -> dict
     return times
 
 
+def verdicts(medians: dict[int, dict[str, float]]) -> list[str]:
+    """Each target of issue 21 with the figure and met/missed, from the medians per size."""
+    sizes = sorted(medians)
+    lines = []
+    for step, limit in TARGETS.items():
+        for size in sizes:
+            if step in medians[size]:
+                value = medians[size][step]
+                lines.append(f"{step} at {size}: {value:.2f} ms, target <= {limit:g} ms: "
+                             f"{'met' if value <= limit else 'missed'}")
+    low, high = sizes[0], sizes[-1]
+    for step in ("total", "server", "beat", "beat server"):
+        if high != low and step in medians[low]:
+            ratio = medians[high][step] / medians[low][step]
+            lines.append(f"{step} flat {low} -> {high}: {ratio:.2f}x, target <= {FLAT:g}x: "
+                         f"{'met' if ratio <= FLAT else 'missed'}")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=1, help="measure each size this many times, one database")
     parser.add_argument("--fsync", action="store_true", help="a throwaway server that flushes its WAL to disk")
     parser.add_argument("--api", choices=("lease",), default="lease", help="PgLeaseStore, the run path")
     parser.add_argument("--chained", type=int, default=0, help="jobs after job1 beside the others (job chains)")
     parser.add_argument("--server-time", action="store_true", help="also the server's time per round "
                         "(pg_stat_statements, which the server must load)")
+    parser.add_argument("--keep", action="store_true", help=f"keep each size's database ({KEPT_PREFIX}...) and "
+                        "reuse it in the next run (with $CRONCTL_TEST_PG_URL: a server that outlives this one)")
+    parser.add_argument("--drop-kept", action="store_true", help="drop the kept databases and exit")
     args = parser.parse_args()
     with server_url(args.fsync) as url:
-        print(f"{'jobs':>8} {'step':>9} {'median ms':>10} {'p90 ms':>8}")
-        for size in (int(s) for s in args.sizes.split(",")):
-            times = measure(url, size, args.rounds, args.api, args.chained, args.server_time)
+        if args.drop_kept:
+            print("dropped:", ", ".join(drop_kept(url, KEPT_PREFIX)) or "none")
+            return 0
+        sizes = [int(s) for s in args.sizes.split(",")]
+        results = {size: measure(url, size, args.rounds, args.api, args.chained, args.server_time, args.keep,
+                                 args.runs) for size in sizes}
+    for run in range(args.runs):
+        print(f"\nrun {run + 1} of {args.runs}")
+        print(f"{'jobs':>8} {'step':>11} {'median ms':>10} {'p90 ms':>8}")
+        medians: dict[int, dict[str, float]] = {}
+        for size in sizes:
+            times = results[size][run]
+            medians[size] = {step: statistics.median(values) for step, values in times.items()}
             for step, values in times.items():
                 p90 = statistics.quantiles(values, n=10)[-1]
-                print(f"{size:>8} {step:>9} {statistics.median(values):>10.2f} {p90:>8.2f}")
+                print(f"{size:>8} {step:>11} {medians[size][step]:>10.2f} {p90:>8.2f}")
+        print("\n".join(verdicts(medians)))
     return 0
 
 

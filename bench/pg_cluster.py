@@ -490,7 +490,7 @@ def part_claim(bench: Bench, args: argparse.Namespace) -> str:
         print(f"pg_cluster claim: {size} jobs ...", file=sys.stderr, flush=True)
         if bench.statements:
             scalar(bench.url, "SELECT pg_stat_statements_reset()")
-        times = pg_claim.measure(bench.url, size, args.claim_rounds, "lease")
+        times = pg_claim.measure(bench.url, size, args.claim_rounds, "lease")[0]
         rows.append([f"{size:,}", *(f"{median(times[s]):.2f} / {pct(times[s], 90):.2f}"
                                    for s in ("claim", "dispatch", "finish", "total")),
                      *_server_cells(server_per_round(bench, args.claim_rounds))])

@@ -22,8 +22,15 @@ stopped at the end.
 `--before DIR` also runs the same commands of an older source tree (`git archive COMMIT |
 tar -x -C DIR`), each size on a database of that tree's schema: the before and after of one run.
 
+Each command is measured twice: with cronctl's bytecode compiled once (as an installed
+cronctl runs) and from source (PYTHONDONTWRITEBYTECODE=1 and no bytecode of cronctl's own:
+what this machine's environment does to an editable install at every command). Each run
+ends with issue 21's targets and met/missed. `--repeat N` measures N times; `--keep` keeps
+each size's database for the next run (`--drop-kept` drops them).
+
 Usage: python bench/pg_definitions.py [--sizes 1000,100000] [--rounds 30] [--command-rounds 10]
                                       [--apply-jobs 100000] [--apply-rounds 3] [--before DIR]
+                                      [--repeat 1] [--keep] [--drop-kept]
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from cronctl.store.pg.backend import PgBackend  # noqa: E402
 from cronctl.store.pg.connect import parse_store_url  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from pg_claim import fresh_database, server_url  # noqa: E402
+from pg_claim import drop_kept, fresh_database, kept_database, server_url  # noqa: E402
 
 ONE = "bench-one"
 
@@ -151,11 +158,34 @@ def cronctl_bin() -> list[str]:
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "cronctl"]
 
 
-def commands(db_url: str | None, rounds: int, before: Path | None = None) -> dict[str, list[float]]:
+def bytecode(cached: bool) -> dict[str, str]:
+    """The environment of a command with cronctl's modules compiled once and read from their
+    bytecode (as an installed cronctl runs), or (`cached` False) compiled from source at every
+    command, as on this machine: PYTHONDONTWRITEBYTECODE is set and an editable install has no
+    bytecode of its own (cronctl's __pycache__ directories are removed first)."""
+    import compileall
+    import shutil
+
+    import cronctl
+
+    package = Path(cronctl.__file__).parent
+    env = dict(os.environ)
+    if cached:
+        compileall.compile_dir(str(package), quiet=1)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        for cache in package.rglob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def commands(db_url: str | None, rounds: int, before: Path | None = None,
+             cached: bool = True) -> dict[str, list[float]]:
     """Each command's milliseconds; `db_url` None: the JSON store of an empty home (the floor:
     the interpreter, the CLI and one small store write, nothing of PostgreSQL); `before`: the
-    commands of an older source tree (its directory put first on PYTHONPATH)."""
-    env = {**os.environ, "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "NO_COLOR": "1"}
+    commands of an older source tree (its directory put first on PYTHONPATH); `cached`: see `bytecode`."""
+    env = {**bytecode(cached), "CRONCTL_HOME": tempfile.mkdtemp(prefix="cronctl-bench-defs-"), "NO_COLOR": "1"}
     env.pop("CRONCTL_STORE", None)
     if before is not None:
         env["PYTHONPATH"] = str(before)
@@ -180,7 +210,7 @@ def apply_new(url: str, jobs: int, rounds: int) -> list[float]:
     times = []
     for _ in range(rounds):
         with fresh_database(url) as db_url:
-            env = {**os.environ, "CRONCTL_HOME": str(work / uuid.uuid4().hex), "CRONCTL_STORE": db_url}
+            env = {**bytecode(True), "CRONCTL_HOME": str(work / uuid.uuid4().hex), "CRONCTL_STORE": db_url}
             cronctl(["list", "--json"], env)  # the schema, created before the clock starts
             times.append(cronctl(["apply", "-f", str(file)], env))
     return times
@@ -194,6 +224,46 @@ def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
 
 
+# Issue 21's targets: database time of one job's add/edit/remove at 100,000 jobs; the whole
+# command; the same command at the largest size over the smallest; apply -f of 100,000 new jobs.
+DB_MS, COMMAND_MS, RATIO, APPLY_S = 20.0, 250.0, 1.5, 20.0
+STEPS = ("add", "edit", "remove")
+
+
+def verdict(what: str, value: float, limit: float, unit: str) -> str:
+    return f"{what}: {value:.2f}{unit}, target <= {limit:g}{unit}: {'met' if value <= limit else 'missed'}"
+
+
+def one_run(url: str, sizes: list[int], args: argparse.Namespace) -> list[str]:
+    """One measurement of every size (a kept database each); its lines and verdicts."""
+    out = [f"{'jobs':>7} {'step':>7} {'db ms':>7} {'db p90':>7} {'call ms':>8} {'command ms':>11} {'cmd p90':>8}"
+           f" {'from source':>12}"]
+    results: dict[int, dict[str, tuple[float, float, float]]] = {}
+    for size in sizes:
+        name = f"cronctl_bench_defs_{size}" if args.keep else None
+        with kept_database(url, name, lambda db_url, size=size: populate(db_url, size)) as db_url:
+            calls = in_process(db_url, args.rounds)
+            whole = commands(db_url, args.command_rounds)
+            source = commands(db_url, args.command_rounds, cached=False)
+        results[size] = {}
+        for step in STEPS:
+            db = [d for _, d in calls[step]]
+            client = [c for c, _ in calls[step]]
+            results[size][step] = (median(db), median(client), median(whole[step]))
+            out.append(f"{size:>7} {step:>7} {median(db):>7.2f} {p90(db):>7.2f} {median(client):>8.2f} "
+                       f"{median(whole[step]):>11.1f} {p90(whole[step]):>8.1f} {median(source[step]):>12.1f}")
+    bytecode(True)  # leave cronctl compiled, as it was found or better
+    low, high = sizes[0], sizes[-1]
+    out.append("(command ms: cronctl's bytecode cached; from source: PYTHONDONTWRITEBYTECODE=1 and no "
+               "bytecode, as this machine runs an editable install)")
+    for step in STEPS:
+        (_, _, cmd_lo), (db_hi, _, cmd_hi) = results[low][step], results[high][step]
+        out.append(verdict(f"{step} database time at {high}", db_hi, DB_MS, " ms"))
+        out.append(verdict(f"{step} command at {high}", cmd_hi, COMMAND_MS, " ms"))
+        out.append(verdict(f"{step} command {high} / {low}", cmd_hi / cmd_lo, RATIO, "x"))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,100000")
@@ -201,46 +271,43 @@ def main() -> int:
     parser.add_argument("--command-rounds", type=int, default=10)
     parser.add_argument("--apply-jobs", type=int, default=100000)
     parser.add_argument("--apply-rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=1, help="measure this many times (each size's database kept "
+                        "between them with --keep)")
+    parser.add_argument("--keep", action="store_true", help="keep each size's database (cronctl_bench_defs_N)")
+    parser.add_argument("--drop-kept", action="store_true", help="drop the kept databases and exit")
     parser.add_argument("--before", type=Path, help="an older source tree (git archive of a commit): its commands "
                         "measured beside this one's, on a database of its own schema")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    results: dict[int, dict[str, tuple[float, float, float]]] = {}
     with server_url() as url:
-        print(f"{'jobs':>7} {'step':>7} {'db ms':>7} {'db p90':>7} {'call ms':>8} {'command ms':>11} {'cmd p90':>8}")
-        for size in sizes:
-            with fresh_database(url) as db_url:
-                populate(db_url, size)
-                calls = in_process(db_url, args.rounds)
-                whole = commands(db_url, args.command_rounds)
-            results[size] = {}
-            for step in ("add", "edit", "remove"):
-                db = [d for _, d in calls[step]]
-                client = [c for c, _ in calls[step]]
-                results[size][step] = (median(db), median(client), median(whole[step]))
-                print(f"{size:>7} {step:>7} {median(db):>7.2f} {p90(db):>7.2f} {median(client):>8.2f} "
-                      f"{median(whole[step]):>11.1f} {p90(whole[step]):>8.1f}")
+        if args.drop_kept:
+            print("dropped:", ", ".join(drop_kept(url, "cronctl_bench_defs_")) or "none")
+            return 0
+        for run in range(1, args.repeat + 1):
+            print(f"\nrun {run} of {args.repeat}")
+            print("\n".join(one_run(url, sizes, args)), flush=True)
             if args.before is not None:
-                with fresh_database(url) as db_url:
-                    populate(db_url, size, args.before)
-                    old = commands(db_url, args.command_rounds, args.before)
-                print(f"{size:>7} before: " + ", ".join(f"{step} {median(values):.1f} ms (this one "
-                                                         f"{median(whole[step]) / median(values):.2f}x)"
-                                                         for step, values in old.items()))
+                before(url, sizes, args)
+            if args.apply_jobs:
+                times = apply_new(url, args.apply_jobs, args.apply_rounds)
+                runs = ", ".join(f"{t / 1000:.2f}" for t in times)
+                print(f"apply -f of {args.apply_jobs} new jobs into an empty store: median "
+                      f"{median(times) / 1000:.2f} s (runs: {runs})")
+                print(verdict(f"apply -f of {args.apply_jobs} new jobs", median(times) / 1000, APPLY_S, " s"),
+                      flush=True)
         floor = commands(None, args.command_rounds)
         print("the same commands on the JSON store of an empty home (the floor of a command): "
               + ", ".join(f"{step} {median(values):.1f} ms" for step, values in floor.items()))
-        low, high = sizes[0], sizes[-1]
-        print(f"\nratio {high} / {low} jobs (medians):")
-        for step in ("add", "edit", "remove"):
-            (db_lo, call_lo, cmd_lo), (db_hi, call_hi, cmd_hi) = results[low][step], results[high][step]
-            print(f"  {step:>7}: db {db_hi / db_lo:.2f}x, call {call_hi / call_lo:.2f}x, "
-                  f"command {cmd_hi / cmd_lo:.2f}x")
-        if args.apply_jobs:
-            times = apply_new(url, args.apply_jobs, args.apply_rounds)
-            print(f"\napply -f of {args.apply_jobs} new jobs into an empty store: median {median(times) / 1000:.2f} s "
-                  f"(runs: {', '.join(f'{t / 1000:.2f}' for t in times)})")
     return 0
+
+
+def before(url: str, sizes: list[int], args: argparse.Namespace) -> None:
+    """The commands of an older tree (`--before`), each size on a database of its schema."""
+    for size in sizes:
+        with fresh_database(url) as db_url:
+            populate(db_url, size, args.before)
+            old = commands(db_url, args.command_rounds, args.before)
+        print(f"{size:>7} before: " + ", ".join(f"{step} {median(values):.1f} ms" for step, values in old.items()))
 
 
 if __name__ == "__main__":

@@ -12,15 +12,16 @@ parsed its arguments.
 
 Only what the table says for certain is taken here: an unknown option, `--help`, a
 missing value, a repeated option, a number that is not plain digits or is out of range,
-an option value that starts with `-`, a PostgreSQL store, anything unusual goes to the
-typer app, which owns every usage error. tests/cli/test_fastpath.py checks the table
+an option value that starts with `-`, the global `--store` option, anything unusual goes
+to the typer app, which owns every usage error. A PostgreSQL store named by
+$CRONCTL_STORE is the body's to open (cli/session.py), as under typer: the framework's
+import would be most of a one-job `add` there (issue 21). tests/cli/test_fastpath.py checks the table
 against typer's own command tree (names, kinds, limits, defaults) and compares both
 ways byte for byte.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from typing import Any, NamedTuple
@@ -71,7 +72,7 @@ _JOB_OPTIONS = {
 _ALLOW_PAST = {"--allow-past": Opt("allow_past", FLAG)}
 
 COMMANDS: dict[str, Command] = {
-    "list": Command("job_actions.list_jobs", _JSON, reads_only=True),
+    "list": Command("job_actions.list_jobs", _JSON, ("prefix",), reads_only=True),
     "show": Command("job_actions.show", _JSON, ("name",), required=1, reads_only=True),
     "next": Command("job_actions.next_fires", {"-n": Opt("count", INT, 1, 1000), "--count": Opt("count", INT, 1, 1000),
                                                "--from": Opt("from_", TEXT), **_JSON}, ("name",), reads_only=True),
@@ -114,8 +115,6 @@ class _Unsure(Exception):
 
 def parse(argv: list[str]) -> Invocation | None:
     """The command and its values, or None for anything the table does not say for certain."""
-    if os.environ.get("CRONCTL_STORE"):
-        return None  # the PostgreSQL store: the full CLI reads it (store/backend.py)
     try:
         home, rest = _global_options(argv)
         if not rest or rest[0] not in COMMANDS:

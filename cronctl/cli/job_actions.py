@@ -74,12 +74,16 @@ def remove(name: str, force: bool = False) -> None:
                     "of that file creates it again; remove it from the file to keep it gone")
 
 
-def list_jobs(json_out: bool = False) -> None:
+def list_jobs(prefix: str | None = None, json_out: bool = False) -> None:
     from cronctl.cli import views
     from cronctl.ops import definitions as ops
 
     ctx = open_context()
-    views.job_list(ops.list_jobs(ctx), ctx, json_out)
+    found = ops.list_jobs(ctx, prefix)
+    if prefix and not found and not json_out:
+        render.say(f"no job name starts with '{prefix}' (see 'cronctl list')")
+        return
+    views.job_list(found, ctx, json_out)
 
 
 def show(name: str, json_out: bool = False) -> None:

@@ -142,12 +142,16 @@ def remove(
 
 
 @app.command("list")
-def list_cmd(json_out: JsonOpt = False) -> None:
-    """Definitions, state and next fire of every job.
+def list_cmd(
+    prefix: Annotated[Optional[str], typer.Argument(
+        metavar="NAME-PREFIX", help="Only the jobs whose name starts with this (default: all).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Definitions, state and next fire of every job, or of the jobs whose name starts with NAME-PREFIX.
 
-    Example: cronctl list --json
+    Example: cronctl list backup- --json
     """
-    job_actions.list_jobs(json_out)
+    job_actions.list_jobs(prefix, json_out)
 
 
 @app.command()

@@ -77,7 +77,7 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
     ctx = open_context()
     if watch:
         def frame() -> list[str]:
-            data = status_json(status_report(ctx), only_stale=stale)
+            data = status_json(status_report(ctx, only_stale=stale), only_stale=stale)
             title = f"cronctl status — {datetime.now().strftime('%H:%M:%S')} — Ctrl-C to quit"
             # Relative times that tick, fitted to the width; no colour codes in rich's Live.
             term = Terminal(width=render.output_width(), colour=False)
@@ -85,7 +85,7 @@ def status(stale: bool = False, json_out: bool = False, watch: bool = False, int
 
         render.watch(frame, interval)
         return None
-    report = status_report(ctx)
+    report = status_report(ctx, only_stale=stale)
     data = status_json(report, only_stale=stale)
     if json_out:
         render.print_json(data)

@@ -349,10 +349,11 @@ def _audit_rows(plan: ApplyPlan, schedules: dict[str, str]) -> list[tuple[str, d
 # --- reading -------------------------------------------------------------------
 
 
-def list_jobs(ctx: Context) -> list[JobView]:
+def list_jobs(ctx: Context, prefix: str | None = None) -> list[JobView]:
+    """Every job by name, or those whose name starts with `prefix` (`list NAME-PREFIX`)."""
     from cronctl.ops.jobreads import job_views  # a read: the lease machinery stays unloaded
 
-    return job_views(ctx)
+    return job_views(ctx, prefix)
 
 
 def show_job(ctx: Context, name: str) -> JobView:

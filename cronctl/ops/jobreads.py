@@ -16,9 +16,10 @@ if TYPE_CHECKING:
     from cronctl.context import Context
 
 
-def job_views(ctx: Context) -> list[JobView]:
-    """Every job with its state, by name."""
-    return ctx.backend.job_views()
+def job_views(ctx: Context, prefix: str | None = None) -> list[JobView]:
+    """Every job with its state, by name; only those whose name starts with `prefix` when given
+    (on PostgreSQL the store reads only those rows)."""
+    return ctx.backend.job_views(prefix)
 
 
 def job_view(ctx: Context, name: str) -> JobView:

@@ -31,6 +31,13 @@ class StatusReport:
     counters: dict[str, int]
     # On PostgreSQL: every loop the store remembers (`loop` sums them up); None on the JSON store.
     loops: list[dict[str, Any]] | None = None
+    # `status --stale` on PostgreSQL judges only the jobs that may be stale (store/pg/stale.py):
+    # whether the store holds any job is then said here. None: `jobs` is every job.
+    any_jobs: bool | None = None
+
+    @property
+    def has_jobs(self) -> bool:
+        return bool(self.jobs) if self.any_jobs is None else self.any_jobs
 
     @property
     def stale_jobs(self) -> list[JobStatus]:
@@ -43,14 +50,16 @@ class StatusReport:
 
     @property
     def stale(self) -> bool:
-        return bool(self.stale_jobs) or (self.loop_stale and bool(self.jobs))
+        return bool(self.stale_jobs) or (self.loop_stale and self.has_jobs)
 
 
-def status(ctx: Context) -> StatusReport:
+def status(ctx: Context, only_stale: bool = False) -> StatusReport:
+    """Every job with its health; `only_stale` may leave out jobs that cannot be stale."""
     now = ctx.clock.now()
     # On the JSON store one document read, not ctx.leases.jobs(): the fast path of `status --json`
     # must not import the lease machinery (about 20 ms), and this one read gives jobs and counters.
-    views, counters, chains = ctx.backend.overview()
+    # On PostgreSQL `status --stale` reads only the jobs that may be stale.
+    views, counters, chains, any_jobs = ctx.backend.overview(now if only_stale else None)
     alive, expired = judges(ctx)
     specs = {view.spec.name: view.spec for view in views} if chains else {}
     jobs = []
@@ -61,8 +70,8 @@ def status(ctx: Context) -> StatusReport:
         from cronctl.ops.cluster import cluster_loops, cluster_summary
 
         rows = cluster_loops(ctx)
-        return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows])
-    return StatusReport(loop_status(ctx.paths, now), jobs, counters)
+        return StatusReport(cluster_summary(rows), jobs, counters, [row.to_dict() for row in rows], any_jobs)
+    return StatusReport(loop_status(ctx.paths, now), jobs, counters, any_jobs=any_jobs)
 
 
 def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:
@@ -71,7 +80,7 @@ def status_json(report: StatusReport, only_stale: bool) -> dict[str, Any]:
     return {
         "loop": report.loop.to_dict(),
         **({"loops": report.loops} if report.loops is not None else {}),
-        "loop_stale": report.loop_stale and bool(report.jobs),
+        "loop_stale": report.loop_stale and report.has_jobs,
         "stale": report.stale,
         "counters": report.counters,
         "jobs": [

@@ -158,8 +158,10 @@ class JsonUnits:
     def has_job(self, job: str) -> bool:
         return job in self.store.read()["jobs"]
 
-    def entries(self, name: str | None = None) -> dict[str, Any]:
+    def entries(self, name: str | None = None, prefix: str | None = None) -> dict[str, Any]:
         jobs: dict[str, Any] = self.store.read()["jobs"]
+        if prefix is not None:
+            return {key: entry for key, entry in jobs.items() if key.startswith(prefix)}
         if name is None:
             return jobs
         return {name: jobs[name]} if name in jobs else {}

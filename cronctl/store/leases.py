@@ -90,7 +90,9 @@ class LeaseStore(Protocol):
 
     def has_job(self, job: str) -> bool: ...
 
-    def jobs(self) -> list[JobView]: ...
+    def jobs(self, prefix: str | None = None) -> list[JobView]: ...
+
+    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]: ...
 
     def job(self, name: str) -> JobView: ...
 
@@ -314,10 +316,16 @@ class UnitLeaseStore:
     def has_job(self, job: str) -> bool:
         return self.units.has_job(job)
 
-    def jobs(self) -> list[JobView]:
-        """Every job with its state, by name (`list`, `status`)."""
-        entries = self.units.entries()
+    def jobs(self, prefix: str | None = None) -> list[JobView]:
+        """Every job with its state, by name (`list`, `status`); with `prefix`, only the jobs
+        whose name starts with it (`list NAME-PREFIX`)."""
+        entries = self.units.entries(prefix=prefix) if prefix else self.units.entries()
         return [JobView.from_entry(entries[name]) for name in sorted(entries)]
+
+    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]:
+        """The jobs `status --stale` must judge at `now`, and whether the store holds any job
+        (None: as the jobs say). Here every job; PostgreSQL reads only those that may be stale."""
+        return self.jobs(), None
 
     def job(self, name: str) -> JobView:
         """One job; JobNotFoundError names it when there is none."""

@@ -119,8 +119,9 @@ class Units(Protocol):
 
     def has_job(self, job: str) -> bool: ...
 
-    def entries(self, name: str | None = None) -> dict[str, Any]:
-        """Job entries by name: every job, or job `name` alone ({} when there is none)."""
+    def entries(self, name: str | None = None, prefix: str | None = None) -> dict[str, Any]:
+        """Job entries by name: every job, or job `name` alone ({} when there is none), or the
+        jobs whose name starts with `prefix`."""
         ...
 
     def counters(self) -> dict[str, int]: ...

@@ -1166,3 +1166,20 @@ def test_relative_times_are_written_the_way_an_operator_reads_them() -> None:
              86400 * 3 + 3600 * 5: "in 3d5h", -125: "2m5s ago", -86400 * 12: "12d ago"}
     for seconds, text in cases.items():
         assert relative(base + timedelta(seconds=seconds), base) == text, seconds
+
+
+def test_list_with_a_name_prefix_shows_only_the_jobs_whose_name_starts_with_it(cli: Cli, clock: FakeClock) -> None:
+    for name in ("backup-db", "backup-home", "backup_x", "report", "back"):
+        cli("add", name, "--every", "1h", "--", "true")
+    data = cli("list", "backup-", "--json").json()
+    assert [job["name"] for job in data["jobs"]] == ["backup-db", "backup-home"]
+    # the prefix is plain text: `_` and `.` match only themselves (PostgreSQL's LIKE must not see wildcards)
+    assert [job["name"] for job in cli("list", "backup_", "--json").json()["jobs"]] == ["backup_x"]
+    assert [job["name"] for job in cli("list", "back", "--json").json()["jobs"]] == [
+        "back", "backup-db", "backup-home", "backup_x"]
+    result = cli("list", "backup-h")
+    assert (result.code, [line.split()[0] for line in result.out.splitlines()]) == (0, ["NAME", "backup-home"])
+    assert cli("list", "nothing").out == "no job name starts with 'nothing' (see 'cronctl list')\n"
+    assert cli("list", "nothing", "--json").json() == {"jobs": []}
+    assert [job["name"] for job in cli("list", "", "--json").json()["jobs"]] == [
+        "back", "backup-db", "backup-home", "backup_x", "report"]

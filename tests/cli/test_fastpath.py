@@ -250,7 +250,8 @@ def test_an_end_of_input_or_an_interrupt_exits_as_through_typer(monkeypatch: pyt
     from cronctl.cli.main import main
 
     for raised, expected in ((EOFError, (130, "\ncronctl: aborted\n")), (KeyboardInterrupt, (130, ""))):
-        def body(json_out: bool = False, raised: type[BaseException] = raised) -> None:
+        def body(prefix: str | None = None, json_out: bool = False,
+                 raised: type[BaseException] = raised) -> None:
             raise raised
 
         monkeypatch.setattr(job_actions, "list_jobs", body)

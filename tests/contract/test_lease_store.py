@@ -7,6 +7,7 @@ Instants come from the FakeClock; nothing sleeps and nothing forks: a "child" is
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -320,3 +321,48 @@ def test_a_forced_spawn_failure_is_recorded_every_time_and_blocks_nothing(lease_
         [("not_started", "spawn_failed")] * 2
     assert len(lease_store.events(AuditEvent.RUN_SPAWN_FAILED)) == 2
     assert not lease_store.leases.job("tick").state.get("blocked")
+
+
+def test_job_views_of_a_name_prefix_are_the_jobs_whose_name_starts_with_it(lease_store: Backend) -> None:
+    for name in ("report", "backup_c", "backup-b", "backup-a", "back"):
+        lease_store.define(name, every="1h")
+
+    def names(prefix: str | None) -> list[str]:
+        return [view.spec.name for view in lease_store.leases.jobs(prefix)]
+
+    assert names("backup-") == ["backup-a", "backup-b"]
+    assert names("backup_") == ["backup_c"]  # plain text: `_` is no wildcard on PostgreSQL
+    assert names("back") == ["back", "backup-a", "backup-b", "backup_c"]
+    assert names("x") == []
+    assert names("") == names(None) == ["back", "backup-a", "backup-b", "backup_c", "report"]
+
+
+def test_the_jobs_that_may_be_stale_hold_every_stale_job(lease_store: Backend) -> None:
+    from cronctl.jobs.health import job_health
+
+    for name in ("fine", "late", "failed", "running", "paused-late"):
+        lease_store.define(name, every="1h")
+    now = at(3 * 3600)
+    lease_store.set_state("fine", next_run_at=to_iso(now + timedelta(minutes=5)))
+    lease_store.set_state("failed", last_status="error", last_exit_code=1, consecutive_failures=1,
+                          last_run_at=to_iso(now - timedelta(minutes=1)), next_run_at=to_iso(now + timedelta(minutes=5)))
+    lease_store.set_state("running", next_run_at=to_iso(now + timedelta(minutes=5)))
+    start_one_of(lease_store, "running", now)
+    lease_store.pause("paused-late")
+
+    def stale(views: list[Any]) -> list[str]:
+        return [v.spec.name for v in views if job_health(v, now, lambda owner: False, lambda claim: True).stale]
+
+    every = lease_store.leases.jobs()
+    judged, any_jobs = lease_store.leases.may_be_stale(now)
+    assert stale(every) == ["failed", "late", "running"]  # the run's owner judged dead: wedged
+    assert set(stale(every)) <= {view.spec.name for view in judged}
+    assert "fine" not in {view.spec.name for view in judged} or lease_store.name == "json"
+    assert any_jobs in (True, None)
+    assert lease_store.leases.may_be_stale(now)[0] == judged
+
+
+def start_one_of(backend: Backend, job: str, now: datetime) -> None:
+    """A run of `job` claimed by force and dispatched: a live run."""
+    [new] = backend.leases.claim_force(job, now, OWNER_A, lease(now)).claims
+    assert backend.leases.mark_dispatched(OWNER_A, [child(new)], now) == [child(new)]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from cronctl.store.pg.auditlog import PgAuditLog
 from cronctl.store.pg.connect import connect, parse_store_url
 from cronctl.store.pg.leases import PgLeaseStore
 from cronctl.store.pg.session import PgSession
+from tests.conftest import cronctl_bin
 
 READS = (("list", "--json"), ("show", "tick", "--json"), ("status", "--json"))
 
@@ -97,10 +101,37 @@ def test_import_needs_a_store(cli: Any) -> None:
     assert missing.code == 1 and "--store URL or $CRONCTL_STORE" in missing.err
 
 
-def test_the_status_fast_path_leaves_a_postgres_store_to_the_full_cli(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert fastpath.parse(["status", "--json"]) is not None
+def test_the_fast_path_answers_a_postgres_store_of_the_environment_as_the_full_cli(
+        store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 21: typer's import was most of a one-job `add` on PostgreSQL. `--store` stays typer's.
     monkeypatch.setenv("CRONCTL_STORE", "postgresql://cronctl@db/cronctl")
-    assert fastpath.parse(["status", "--json"]) is None
+    assert fastpath.parse(["status", "--json"]) is not None and fastpath.parse(["add", "a", "--", "x"]) is not None
+    assert fastpath.parse(["--store", store_url, "list"]) is None
+    env = {**os.environ, "CRONCTL_HOME": str(tmp_path / "home"), "NO_COLOR": "1", "CRONCTL_STORE": store_url}
+
+    def both(*argv: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        fast = subprocess.run([*cronctl_bin(), *argv], env=env, capture_output=True, text=True, timeout=60)
+        typer_way = subprocess.run([sys.executable, "-c", "import sys; from cronctl.cli.main import main; "
+                                    "main(sys.argv[1:])", *argv], env=env, capture_output=True, text=True, timeout=60)
+        return fast, typer_way
+
+    for name in ("backup-db", "backup-home", "report"):
+        added = subprocess.run([*cronctl_bin(), "add", name, "--every", "1h", "--", "true"], env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert (added.returncode, added.stderr) == (0, "") and added.stdout.startswith(f"added {name}: every 1h")
+    for argv in (["list", "--json"], ["list", "backup-", "--json"], ["show", "report", "--json"],
+                 ["status", "--json"], ["status", "--stale", "--json"], ["history", "--json"], ["show", "ghost"],
+                 ["remove", "ghost"], ["list", "nothing"]):
+        fast, typer_way = both(*argv)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (typer_way.returncode, typer_way.stdout,
+                                                               typer_way.stderr), argv
+    assert [job["name"] for job in json.loads(both("list", "backup-", "--json")[0].stdout)["jobs"]] == [
+        "backup-db", "backup-home"]
+    env["CRONCTL_STORE"] = "postgresql://cronctl:s3cret-pw@127.0.0.1:1/cronctl"
+    fast, typer_way = both("list")
+    assert (fast.returncode, fast.stderr) == (typer_way.returncode, typer_way.stderr)
+    assert fast.returncode == 1 and "cannot reach the PostgreSQL store" in fast.stderr
+    assert "s3cret-pw" not in fast.stderr and "Traceback" not in fast.stderr
 
 
 def test_status_judges_a_run_of_another_host_by_its_lease(cli: Any, store_url: str) -> None:

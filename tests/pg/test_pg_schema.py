@@ -11,6 +11,7 @@ import pytest
 from cronctl.store.pg.connect import Connection, connect, parse_store_url
 from cronctl.store.pg.schema import (
     MIGRATIONS,
+    ODD_JOB,
     SCHEMA_VERSION,
     MigrationError,
     SchemaTooNewError,
@@ -135,7 +136,23 @@ def test_version_5_upgrades_a_version_4_database_to_chain_runs(conn: Connection)
               " VALUES ('r1', 'b', now(), 'chain', false, 'skipped')")
     with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
         conn.execute(insert)
-    assert ensure_schema(conn) == SCHEMA_VERSION == 5
+    assert ensure_schema(conn, MIGRATIONS[:5]) == 5
     with conn.transaction():
         conn.execute(insert)
     assert "cronctl_chains" in _tables(conn)
+
+
+def test_version_6_adds_the_read_indexes_to_a_version_5_database_with_its_rows(conn: Connection) -> None:
+    """Issue 21: `list NAME-PREFIX` and `status --stale` read by index; a filled store gains them."""
+    from cronctl.store.pg.schema import MIGRATIONS
+
+    assert ensure_schema(conn, MIGRATIONS[:5]) == 5
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state)"
+                     " VALUES ('a', '{}', 'skip', '{\"last_status\": \"error\"}'), ('b', '{}', 'skip', '{}')")
+    assert ensure_schema(conn) == SCHEMA_VERSION == 6
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        odd = conn.execute("SELECT name FROM cronctl_jobs WHERE " + ODD_JOB).fetchall()
+        indexes = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'cronctl_jobs'")}
+    assert odd == [("a",)] and {"cronctl_jobs_prefix", "cronctl_jobs_odd"} <= indexes

@@ -20,6 +20,8 @@ from cronctl.store.pg.identity import host_id
 from cronctl.store.pg.session import PgSession
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from cronctl.jobs.state import JobView
     from cronctl.store.pg.cluster import PgCluster
     from cronctl.store.pg.definitions import PgDefinitions
@@ -73,15 +75,19 @@ class PgBackend:
     def has_job(self, name: str) -> bool:
         return self.leases.has_job(name)
 
-    def job_views(self) -> list[JobView]:
-        return self.leases.jobs()
+    def job_views(self, prefix: str | None = None) -> list[JobView]:
+        return self.leases.jobs(prefix)
 
     def job_view(self, name: str) -> JobView:
         return self.leases.job(name)
 
-    def overview(self) -> tuple[list[JobView], dict[str, int], dict[str, Any]]:
-        """The jobs' views and the counters from the lease store, the chains from their rows."""
-        return self.leases.jobs(), self.leases.counters(), self.document.chains()
+    def overview(self, stale_at: datetime | None = None) -> tuple[list[JobView], dict[str, int], dict[str, Any],
+                                                                  bool | None]:
+        """The jobs' views and the counters from the lease store, the chains from their rows; with
+        `stale_at`, only the jobs that may be stale then (and whether any job is kept)."""
+        leases = self.leases
+        views, any_jobs = leases.may_be_stale(stale_at) if stale_at is not None else (leases.jobs(), None)
+        return views, leases.counters(), self.document.chains(), any_jobs
 
     def find_record(self, job: str, run_id: str) -> dict[str, Any] | None:
         """A run's record among the job's newest runs rows."""

@@ -79,9 +79,21 @@ def _nodes(chains: dict[str, dict[str, Any]]) -> set[str]:
     return {name for chain in chains.values() for name in chain["nodes"]}
 
 
+# The same, one level down: most jobs have no dependant, and this plans in a third of the
+# time of the recursive query (planning was most of the server time of a run's dispatch and
+# finish, issue 21); only a job with dependants then asks for all of them.
+_NAMED_FIRST = """
+SELECT (SELECT coalesce(array_agg(DISTINCT claim->>'chain'), '{}') FROM cronctl_runs
+         WHERE job = ANY(%(names)s) AND state = ANY(%(live)s) AND claim->>'chain' IS NOT NULL),
+       EXISTS (SELECT 1 FROM cronctl_jobs WHERE spec ? 'after' AND spec->'after' ?| %(names)s)"""
+
+
 def plan_named(conn: Connection, names: list[str]) -> ChainPlan | None:
     """A named unit: the chains its jobs' live runs belong to, and the jobs below its own."""
-    row = conn.execute(_NAMED, {"names": names, "live": _LIVE}).fetchone()
+    params = {"names": names, "live": _LIVE}
+    first = conn.execute(_NAMED_FIRST, params).fetchone()
+    assert first is not None
+    row = conn.execute(_NAMED, params).fetchone() if first[1] else (first[0], [])
     assert row is not None
     ids, below = [str(cid) for cid in row[0]], [str(name) for name in row[1]]
     if not ids and not below:

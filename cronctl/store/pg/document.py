@@ -191,10 +191,16 @@ def meta_key(key: str, host_id: str) -> str:
 
 def load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
     keys = [meta_key(key, host_id) for key in META_KEYS]
-    conn.execute("INSERT INTO cronctl_meta (key) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (keys,))
-    rows = conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
-                        (keys,)).fetchall()
+    rows = _lock_meta(conn, keys)
+    if len(rows) < len(keys):  # this host's first count: its rows, then locked as any other time
+        conn.execute("INSERT INTO cronctl_meta (key) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (keys,))
+        rows = _lock_meta(conn, keys)
     return {key.split("@", 1)[0]: value for key, value in rows if value}
+
+
+def _lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
+                        (keys,)).fetchall()
 
 
 def save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:

@@ -15,12 +15,14 @@ from datetime import datetime
 from typing import Any
 
 from cronctl.clock import Clock, SystemClock
+from cronctl.jobs.state import JobView
 from cronctl.models import FAILED_STATUSES
 from cronctl.paths import Paths
 from cronctl.store.leases import UnitLeaseStore
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import load_jobs
 from cronctl.store.pg.schema import LIVE_STATES
+from cronctl.store.pg.stale import may_be_stale
 from cronctl.store.pg.takeover import held_by_silent_loops, take_over
 from cronctl.store.pg.unit import JudgeBy, PgUnits
 
@@ -83,3 +85,10 @@ class PgLeaseStore(UnitLeaseStore):
             if late_by is not None:
                 jobs.update(load_jobs(self.conn, _MAY_BE_LATE, {"late_by": late_by}, lock=None))
         return {"jobs": jobs}
+
+    def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]:
+        """The jobs that may be stale at `now`, by name, found by index (store/pg/stale.py), and
+        whether the store holds any job: what `status --stale` judges, without every row."""
+        with self.units.read():
+            entries, any_jobs = may_be_stale(self.conn, now)
+        return [JobView.from_entry(entries[name]) for name in sorted(entries)], any_jobs

@@ -62,13 +62,17 @@ class Beat:
 
 # The instants of the jobs, after a CTE `t` holding the database's `now`: the earliest
 # `wake_at` of an unpaused job; the earliest one that may be claimed ahead (no pending
-# retry, no live run); how many fire within a second of that one.
+# retry, no live run); how many fire within a second of that one. Each walks the index on
+# `wake_at` from its low end and stops at the first row that answers (ORDER BY ... LIMIT 1:
+# `min()` over the anti-join read every future row, 0.5 s at a million jobs), so an idle
+# beat costs the same at any number of jobs.
 _AHEAD = """ahead AS (
-    SELECT min(j.wake_at) AS first FROM cronctl_jobs AS j
+    SELECT j.wake_at AS first FROM cronctl_jobs AS j
      WHERE NOT j.paused AND j.wake_at > (SELECT now FROM t)
        AND coalesce(j.state -> 'retry', 'null'::jsonb) = 'null'::jsonb
        AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r
-                        WHERE r.job = j.name AND r.state IN ('claimed', 'running')))"""
+                        WHERE r.job = j.name AND r.state IN ('claimed', 'running'))
+     ORDER BY j.wake_at LIMIT 1)"""
 # A chain's node to claim (chain_doc.earliest_chain_fire): ready, a retry (when it falls due),
 # or running with its claim gone; a forced chain's root is ready before any job is due.
 _CHAIN_FIRE = """(SELECT min(CASE WHEN n.value->>'status' = 'retrying' THEN n.value->>'due_at'

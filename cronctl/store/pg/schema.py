@@ -165,7 +165,23 @@ _V5 = (
     "CREATE INDEX cronctl_chains_ended ON cronctl_chains (ended_at) WHERE ended_at IS NOT NULL",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# A job whose state may make it stale beside being late or holding a live run (jobs/health.py):
+# its last run failed or failed its chain, or its latest attempt was refused for its cwd or
+# executable. The same text is the index's predicate and `status --stale`'s (store/pg/stale.py),
+# so the planner matches them; the statuses are models.FAILED_STATUSES (tests/pg check it).
+ODD_JOB = ("(state->>'last_status' IN ('error', 'timeout', 'lost') OR state ? 'chain_failed'"
+           " OR state->'last_not_started'->>'reason' = 'blocked_config')")
+
+# V6 (issue 21): the reads at 100,000 jobs read only their rows. `list NAME-PREFIX` ranges over
+# the names by LIKE 'prefix%' (text_pattern_ops: a range in any collation, the primary key's is
+# one only in "C"); `status --stale` finds its odd jobs on a partial index, the late ones on
+# cronctl_jobs_due and those with live runs on the runs' partial indexes (store/pg/stale.py).
+_V6 = (
+    "CREATE INDEX cronctl_jobs_prefix ON cronctl_jobs (name text_pattern_ops)",
+    f"CREATE INDEX cronctl_jobs_odd ON cronctl_jobs (name) WHERE {ODD_JOB}",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (
