@@ -14,7 +14,7 @@ import queue
 import signal
 import sys
 import threading
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol
@@ -83,6 +83,20 @@ class DueSource(Protocol):
 
     @property
     def doc(self) -> dict[str, Any]: ...
+
+    def steady(self) -> AbstractContextManager[None]:
+        """Within the block the store is looked at once, however many steps of a tick ask."""
+        ...
+
+    @property
+    def watching(self) -> bool:
+        """Whether something read must be looked at again within a second (no idle spell)."""
+        ...
+
+    @property
+    def signature(self) -> Any:
+        """Of the store as last read (None: to be read again, or not a file)."""
+        ...
 
 
 @dataclass
@@ -206,6 +220,28 @@ class Engine:
         batch = self.ctx.leases.claim_force(name, now, self.owner, self.lease())
         self.dispatch(batch)
         return batch
+
+    def kill_run(self, run_id: str, reason: str) -> bool:
+        """End one run this engine's supervisor watches (loop/control.py's `Controls`)."""
+        return self.supervisor.kill(run_id, reason)
+
+    def kill_job(self, job: str, reason: str) -> list[str]:
+        """End every run of `job` this engine supervises; their run ids."""
+        mine = [run_id for run_id, run in self.active.items() if run.job == job]
+        for run_id in mine:
+            self.supervisor.kill(run_id, reason)
+        return mine
+
+    def tend(self) -> float:
+        """Record what ended and renew what runs, nothing else (`--once` after its first tick)."""
+        self.record_results()
+        self.renew_if_due()
+        return 1.0
+
+    def ended_elsewhere(self, run_ids: list[str]) -> None:
+        """The healer ended these runs and recorded them (past any deadline): no longer ours to tend."""
+        for run_id in run_ids:
+            self.active.pop(run_id, None)
 
     @property
     def doc(self) -> dict[str, Any]:

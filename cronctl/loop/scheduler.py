@@ -30,11 +30,12 @@ from cronctl.clock import Clock
 from cronctl.context import Context
 from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
 from cronctl.loop import control
+from cronctl.loop.beat import JsonBeat, TickBeat
 from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
 from cronctl.loop.due import DueIndex
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.forgetting import LoopForgetter
-from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
+from cronctl.loop.heal import HealReport, heal_pass
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.idlebeat import IdleBeats
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
@@ -43,8 +44,6 @@ from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notific
 from cronctl.loop.storewatch import StoreWatch
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
-from cronctl.proc.kill import kill_run_processes
-from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import Owner
 from cronctl.store.locks import SchedulerLock, lock_holder
@@ -157,8 +156,7 @@ class Scheduler:
         self.takeover: Takeover | None = None
         self.cluster: ClusterMember | None = None  # on PostgreSQL: this loop among the others
         self._first_due: DueIndex | None = None  # the JSON store as read before the loop announced itself
-        self._heal_source: dict[str, Any] | None = None
-        self._heal_doc: dict[str, Any] = {}
+        self.beat: TickBeat | None = None  # the backend's part of the tick (loop/beat.py)
         self.hooks = hooks or LoopHooks()
         self.service = ServiceBeat(notifier or Notifier.from_env(os.environ), ctx.clock)
         self.endpoint: Endpoint | None = None
@@ -249,19 +247,7 @@ class Scheduler:
             self._apply_file(initial=True)
         gen_id = self._new_generation_id()
         self.cluster = self._join_cluster()
-        self.engine = build_engine(self.ctx, self._owner(gen_id),
-                                   EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
-                                                 # --once fires what is due now, never a slot still ahead
-                                                 prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
-                                   wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory,
-                                   due=self.cluster.due if self.cluster else self._first_due)
-        self.supervisor = self.engine.supervisor
-        self.supervisor.start()
-        if self.cluster is not None:
-            from cronctl.loop.cluster_life import start_self_fence
-
-            self.engine.fence = start_self_fence(self.engine, self.options.lease, self.ctx.clock.monotonic)
-        self.notify_worker = start_notifications(self.ctx, self.engine, f"{os.getpid()}:{gen_id}")
+        self.engine = self._start_engine(gen_id)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
                               file=str(self.options.file) if self.options.file else None,
                               previous_pid=(previous or {}).get("pid"),
@@ -269,12 +255,7 @@ class Scheduler:
         if self.takeover is not None:
             record_takeover(self.ctx, self.takeover, previous)
         self._write_heartbeat(stopped_cleanly=False)  # alive before a possibly long first heal
-        if self.cluster is not None:
-            from cronctl.loop.cluster_life import first_heal
-
-            first_heal(self._heal)
-        else:
-            self._heal()
+        self._beat().first_heal(self._heal)
         self._start_generation(gen_id)
         self.role = "leader"
         if self.takeover is not None:
@@ -287,6 +268,28 @@ class Scheduler:
         finally:
             self._stop()
         return 0
+
+    def _start_engine(self, gen_id: str) -> Engine:
+        """The engine and its supervisor (started), its self-fence on PostgreSQL, the backend's beat
+        and the notification worker."""
+        engine = build_engine(self.ctx, self._owner(gen_id),
+                              EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
+                                            # --once fires what is due now, never a slot still ahead
+                                            prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
+                              wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory,
+                              due=self.cluster.due if self.cluster else self._first_due)
+        self.supervisor = engine.supervisor
+        self.supervisor.start()
+        if self.cluster is not None:
+            from cronctl.loop.cluster_beat import ClusterBeat
+            from cronctl.loop.cluster_life import start_self_fence
+
+            engine.fence = start_self_fence(engine, self.options.lease, self.ctx.clock.monotonic)
+            self.beat = ClusterBeat(self.ctx, self.cluster, self.forgetter)
+        else:
+            self.beat = JsonBeat(self.ctx, engine.due, self.options.heal_every)
+        self.notify_worker = start_notifications(self.ctx, engine, f"{os.getpid()}:{gen_id}")
+        return engine
 
     def _join_cluster(self) -> ClusterMember | None:
         """On PostgreSQL: this loop's row among the others (loop/cluster.py); None on the JSON store."""
@@ -506,6 +509,7 @@ class Scheduler:
             self.wake.set()
 
     def _tick(self) -> float:
+        """One tick, the same on every store; what differs is the backend's beat (loop/beat.py)."""
         assert self.engine is not None
         self.idle_beats.end()
         self.ticks += 1
@@ -513,21 +517,32 @@ class Scheduler:
         if self.options.once and self.ticks > 1:
             # --once fires what was due at its first tick; after that it only tends those runs
             # (a slot that comes due while they run is the next loop's).
-            self.engine.record_results()
-            self.engine.renew_if_due()
-            return 1.0
-        if self.cluster is not None:
-            hint = self._cluster_tick(self.cluster)
-            self.forgetter.maybe_forget(self.cluster)  # silent loops, once all their runs are reclaimed
-            return hint
-        assert isinstance(self.engine.due, DueIndex)
+            return self.engine.tend()
+        beat = self._beat()
+        wait = beat.begin()
+        if wait is not None:
+            return wait  # the store is out of reach: nothing is claimed or written
         with self.engine.due.steady():  # one look at the store for the whole tick
-            if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
+            if beat.heal_due(self.ctx.clock.monotonic() - self._last_heal):
                 self._heal()
-            control.serve(self.ctx.paths, self.engine)
-            report = self.engine.tick()
-            if report.sleep_hint < 1.0 or not self._may_idle():
-                return report.sleep_hint
+                beat.healed()
+            beat.serve(self.engine)
+            control.serve(self.ctx.paths, self.engine)  # requests of this host's commands
+            hint = self.engine.tick().sleep_hint
+        beat.end()
+        return self._rest(hint)
+
+    def _beat(self) -> TickBeat:
+        if self.beat is None:
+            assert self.engine is not None
+            self.beat = JsonBeat(self.ctx, self.engine.due, self.options.heal_every)
+        return self.beat
+
+    def _rest(self, hint: float) -> float:
+        """How long the tick thread waits: the engine's hint, or an idle spell (IDLE_BEAT)."""
+        if hint < 1.0 or not self._may_idle():
+            return hint
+        assert self.engine is not None
         wait = self.engine.sleep_hint(IDLE_BEAT)
         self.idle_beats.begin(self.engine.due.signature, self.ctx.clock.monotonic(), wait, IDLE_BEAT)
         # From now on a write wakes the thread (_store_changed); one that came before, since
@@ -539,12 +554,12 @@ class Scheduler:
         nothing but the store's own changes and the clock can give it work, and those
         changes wake it (a store watch that runs)."""
         engine, options = self.engine, self.options
-        assert engine is not None and isinstance(engine.due, DueIndex)
+        assert engine is not None
         if options.once or options.file is not None or options.http is not None or options.metrics_file is not None:
             return False
         if self.service.watch_period is not None or options.stall_after <= 2 * IDLE_BEAT:
             return False
-        if engine.active or engine.held or engine.due.watching:
+        if engine.active or engine.held or engine.due.watching:  # on PostgreSQL it always is
             return False
         if self.notify_worker is not None and self.notify_worker.busy():
             return False
@@ -557,22 +572,6 @@ class Scheduler:
             self._store_watch.start()
             return False
         return self._store_watch.alive
-
-    def _cluster_tick(self, cluster: ClusterMember) -> float:
-        """On PostgreSQL: one beat, then heal and serve only when it says so, then the engine's tick.
-
-        While the database is out of reach nothing is claimed or written: results wait in
-        the engine's queue, and runs whose lease would run out are ended by the fence thread.
-        """
-        assert self.engine is not None
-        if not cluster.beat():
-            return 0.5  # runs whose lease cannot be renewed are ended by the fence thread (loop/fence.py)
-        if cluster.needs_healing:
-            self._heal()
-            cluster.healed()
-        cluster.serve_requests(self.engine)
-        control.serve(self.ctx.paths, self.engine)  # requests of this host's commands, as on the JSON store
-        return self.engine.tick().sleep_hint
 
     def _watch_clock(self, engine: Engine) -> None:
         """A wall-clock step: audited and shown; on the JSON store a backward one moves the
@@ -599,55 +598,16 @@ class Scheduler:
 
     def _heal(self) -> HealReport:
         assert self.engine is not None
-        clock = self.ctx.clock
-        self._last_heal = clock.monotonic()
-        if self.cluster is not None:
-            self.cluster.end_stuck_sessions()  # rows held by a session whose client is gone (SPEC §9)
-            if self.cluster.leases.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
-                self.engine.due.invalidate()
-            doc = self.cluster.leases.suspects()
-            report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
-                               supervised=self.engine.active.keys(), doc=doc)
-        else:
-            view = self._heal_view()
-            if not view["jobs"]:
-                return HealReport()  # no claim and no failed run: nothing can need healing
-            live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
-                            monotonic=clock.monotonic)
-            report = heal_pass(self.ctx, clock.now(), live, kill_run_processes,
-                               supervised=self.engine.active.keys(), doc=view)
-        for _job, run_id in report.deadline_terminated:
-            self.engine.active.pop(run_id, None)
+        self._last_heal = self.ctx.clock.monotonic()
+        given = self._beat().heal_inputs()
+        if not given.found:
+            return HealReport()  # no claim and no failed run: nothing can need healing
+        report = heal_pass(self.ctx, given.now, given.live, given.kill, supervised=self.engine.active.keys(),
+                           found=given.found)
+        self.engine.ended_elsewhere([run_id for _job, run_id in report.deadline_terminated])
         if report.anything:
             self.wake.set()
         return report
-
-    def _local_killer(self, doc: dict[str, Any]) -> Killer:
-        """Kill the processes of a run only on its own host: another host's pid means nothing here
-        (that host's loop self-fences its runs before their leases can run out)."""
-        assert self.cluster is not None
-        here = self.cluster.me.host_id
-        foreign = {run_id for entry in doc["jobs"].values()
-                   for run_id, claim in (entry["state"].get("claims") or {}).items()
-                   if (claim.get("owner") or {}).get("host", here) != here}
-
-        def kill(run_id: str, child: dict[str, Any] | None, grace: float) -> int:
-            return 0 if run_id in foreign else kill_run_processes(run_id, child, grace)
-
-        return kill
-
-    def _heal_view(self) -> dict[str, Any]:
-        """The engine's cached document cut down to the jobs heal_pass looks at.
-
-        Rebuilt only when the store file changed: an idle tick then costs one stat and
-        a look at the few suspect jobs, however many jobs there are.
-        """
-        assert self.engine is not None
-        doc = self.engine.doc
-        if doc is not self._heal_source:
-            self._heal_source = doc
-            self._heal_doc = {**doc, "jobs": dict(suspects(doc))}
-        return self._heal_doc
 
     # --- what the loop tells: heartbeat, service manager, HTTP ----------------------------------
 
