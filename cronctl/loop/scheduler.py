@@ -362,7 +362,7 @@ class Scheduler:
         self._write_heartbeat(stopped_cleanly=True)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
                               generation=gen.id if gen else None, runs_stopped=stopped, reason="signal")
-        self._say(stopped_words(stopped, self.engine.handed_back))
+        self._say(stopped_words(stopped, self.engine.held.handed_back))
 
     def _stop_in_cluster(self) -> None:
         """On PostgreSQL: runs end within their kill_grace even while the store does not answer

@@ -178,10 +178,13 @@ class UnitLeaseStore:
     # --- the gate --------------------------------------------------------------------------
 
     def mark_dispatched(self, owner: Owner, runs: list[Dispatched], now: datetime) -> list[Dispatched]:
+        """Persist the gated children of claims this owner still holds, with their run.started
+        rows; returns those kept (the others' gates must not open)."""
         with self.units.named([run.job for run in runs], meta=True) as unit:
             at = unit.judge(now)
             kept = claims_mod.mark_dispatched(unit.doc, owner, runs, at)
             unit.gate_opened(kept, at)
+            unit.emit(decisions.started_rows(unit.doc, kept))
             return kept
 
     def release_held(self, owner: Owner, gates: list[HeldGate], lateness: list[float]) -> list[str]:
