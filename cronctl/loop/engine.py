@@ -20,14 +20,13 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol
 
 from cronctl.context import Context
-from cronctl.jobs.state import JobView
 from cronctl.loop import fence as fence_mod
 from cronctl.loop.due import DueIndex
 from cronctl.loop.fence import SelfFence
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
 from cronctl.loop.held import ActiveRun, HeldRun, HeldRuns
 from cronctl.loop.notify_worker import NotifyPump
-from cronctl.loop.on_failure import on_failure_request
+from cronctl.loop.on_failure import FailureHooks
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger
 from cronctl.proc.childsetup import child_setup_of
 from cronctl.proc.identity import identify
@@ -39,7 +38,7 @@ from cronctl.store import claims as claims_mod
 from cronctl.store import outbox
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
-from cronctl.store.outbox import PENDING, OwedHook
+from cronctl.store.outbox import PENDING
 from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
@@ -137,7 +136,7 @@ class Engine:
         self.options = options or EngineOptions()
         self.wake = wake or threading.Event()
         self.active: dict[str, ActiveRun] = {}
-        self.on_failure_runs: set[str] = set()
+        self.hooks = FailureHooks(ctx.paths, supervisor, self.options.log_cap, self.options.drain_timeout)
         self.finished_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending = _Pending()
         # The next instants to act at: from the JSON document, or (loop/cluster.py) from PostgreSQL.
@@ -481,7 +480,7 @@ class Engine:
                 results.append(self._pending.results.get_nowait())
             except queue.Empty:
                 break
-        results = [r for r in results if not self._is_on_failure(r) and not self.held.was_discarded(r.run_id)]
+        results = [r for r in results if not self.hooks.ended(r.run_id) and not self.held.was_discarded(r.run_id)]
         if not results:
             return 0
         if self.held:
@@ -549,40 +548,13 @@ class Engine:
             return 0
         owed = self.ctx.leases.deliver_pending(owner_alive, doc)
         for hook in owed:
-            self._start_owed_hook(hook)
+            self.hooks.start_owed(hook, self.due.doc["jobs"].get(hook.job))
         self.ctx.leases.settle([(hook.job, hook.run_id) for hook in owed])
         self.due.invalidate()
         return len(owed)
 
-    def _start_owed_hook(self, hook: OwedHook) -> None:
-        view = self.due.doc["jobs"].get(hook.job)
-        if view is None:
-            return  # the job was removed since: nobody to notify with
-        spec = JobView.from_entry(view).spec
-        if spec.on_failure is None:
-            return
-        record = hook.record
-        log = record.get("log") or str(self.ctx.paths.run_log(hook.job, hook.run_id))
-        run = ActiveRun(hook.job, hook.run_id, spec, str(record.get("slot") or ""), int(record.get("attempt") or 1),
-                        str(log))
-        self._start_on_failure(run, record)
-
-    def _is_on_failure(self, result: RunResult) -> bool:
-        if result.run_id in self.on_failure_runs:
-            self.on_failure_runs.discard(result.run_id)
-            return True
-        return False
-
     def _start_on_failure(self, run: ActiveRun, record: dict[str, Any]) -> None:
-        """The job's own notifier: its failure must never wedge or crash the loop."""
-        request = on_failure_request(self.ctx.paths, run, record, self.options.log_cap, self.options.drain_timeout)
-        try:
-            self.supervisor.spawn_gated(request)
-        except (BlockedConfig, SpawnError) as exc:
-            print(f"cronctl: on_failure of {run.job} could not start: {exc}", file=sys.stderr)
-            return
-        self.on_failure_runs.add(request.run_id)
-        self.supervisor.open_gates([request.run_id])
+        self.hooks.start(run, record)
 
     # --- leases --------------------------------------------------------------------------
 

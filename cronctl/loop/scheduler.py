@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cronctl.clock import Clock
 from cronctl.context import Context
-from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
+from cronctl.errors import HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.beat import JsonBeat, TickBeat
 from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
@@ -42,6 +42,8 @@ from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
 from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notifications
 from cronctl.loop.storewatch import StoreWatch
+from cronctl.loop.watched_file import FileApplied as FileApplied  # ops.runs takes it from here
+from cronctl.loop.watched_file import WatchedFile
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
 from cronctl.proc.supervisor import Supervisor
@@ -57,9 +59,6 @@ if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
 
 WATCHDOG_PERIOD = 0.5
 IDLE_WATCH_PERIOD = 10.0  # the main thread's look for a silent tick thread without systemd or --file
-# While a dropped job's run goes on, the watched file is applied again when a run ends, and at
-# least this often (a run of another process, force-run without the loop, ends unseen).
-PRUNE_RETRY_EVERY = 10.0
 # An idle loop on the JSON store (nothing running, claimed, owed or watched, nothing due
 # sooner) beats this often instead of every second: its wake-ups were nearly all of its
 # CPU. What others write to the store wakes it at once (loop/storewatch.py), requests to it
@@ -84,16 +83,6 @@ class LoopOptions:
     http_token: str | None = None  # --http-token's secret: the dashboard's actions are on
     live_after: float = HEARTBEAT_STALE_AFTER  # /livez fails when the last tick is older than this
     forget_after: float = 900.0  # on PostgreSQL: a loop silent this long, its runs all reclaimed, is forgotten
-
-
-@dataclass
-class FileApplied:
-    """What re-applying the watched jobs file did, as the loop reports it."""
-
-    changed: bool
-    summary: str
-    # Jobs the file dropped that were running: removed by a later apply, once their runs end.
-    prune_waiting: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -144,10 +133,7 @@ class Scheduler:
         self.generation: Generation | None = None
         self.started_at = ctx.clock.now()
         self.ticks = 0
-        self._file_sig: tuple[int, int, int] | None = None
-        self._prune_waiting: list[str] = []
-        self._prune_tried_at = 0.0
-        self._prune_tried_active = 0
+        self._watched_file: WatchedFile | None = None  # --file (loop/watched_file.py)
         self._last_heal = 0.0
         self._supervisor_factory = supervisor_factory
         self.supervisor: Supervisor | None = None
@@ -616,7 +602,7 @@ class Scheduler:
         only when what it says changed or it is due (see loop/heartbeat.py)."""
         gen = self.generation
         said: dict[str, Any] = {"generation": gen.id if gen else None, "ticks": self.ticks,
-                                "active_runs": len(self.engine.active) if self.engine else 0}
+                                "active_runs": self._active_runs()}
         if tick:
             problem = self.heartbeat.beat(**said)
         else:
@@ -634,7 +620,7 @@ class Scheduler:
     def service_status(self) -> str:
         """The one STATUS= line: jobs, running, and when the last tick completed."""
         jobs = self.engine.due.job_count if self.engine else 0
-        running = len(self.engine.active) if self.engine else 0
+        running = self._active_runs()
         clock, gen = self.ctx.clock, self.generation
         ago = clock.monotonic() - gen.last_beat if gen is not None else 0.0
         last_tick = to_iso(clock.now() - timedelta(seconds=max(0.0, ago)))
@@ -675,41 +661,13 @@ class Scheduler:
 
     def _apply_file(self, initial: bool) -> None:
         assert self.options.file is not None
-        try:
-            st = os.stat(self.options.file)
-            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            sig = None
-        if not initial and sig == self._file_sig and not self._retry_prune():
-            return
-        self._file_sig = sig
-        if self.hooks.apply_file is None:
-            return
-        self._prune_tried_at = self.ctx.clock.monotonic()
-        self._prune_tried_active = len(self.engine.active) if self.engine else 0
-        try:
-            applied = self.hooks.apply_file(self.ctx, str(self.options.file))
-        except CronctlError as exc:
-            if initial:
-                raise
-            print(f"cronctl: {self.options.file} changed but was not applied (the jobs stay as they were):\n"
-                  f"{exc}", file=sys.stderr)
-            return
-        if applied.changed or initial:
-            self._say(f"cronctl: applied {self.options.file}: {applied.summary}")
-            self.wake.set()
-        if applied.prune_waiting and applied.prune_waiting != self._prune_waiting:  # said once per change
-            self._say(f"cronctl: {self.options.file} no longer defines {', '.join(applied.prune_waiting)}, "
-                      "still running: removed when the run ends")
-        self._prune_waiting = applied.prune_waiting
+        if self._watched_file is None:
+            self._watched_file = WatchedFile(self.ctx, self.options.file, self.hooks.apply_file, self._say,
+                                             self.wake.set, self._active_runs)
+        self._watched_file.apply(initial)
 
-    def _retry_prune(self) -> bool:
-        """Apply an unchanged file again while a dropped job waits for its run to end."""
-        if not self._prune_waiting:
-            return False
-        active = len(self.engine.active) if self.engine else 0  # len(): safe beside the tick thread
-        waited = self.ctx.clock.monotonic() - self._prune_tried_at
-        return active != self._prune_tried_active or waited >= PRUNE_RETRY_EVERY
+    def _active_runs(self) -> int:
+        return len(self.engine.active) if self.engine else 0
 
     def _say(self, message: str) -> None:
         if not self.options.quiet:
