@@ -11,7 +11,9 @@ the engine's tick. What differs is said here, once per backend:
 - `heal_inputs`: the healer's view: the suspect jobs (`LeaseStore.suspects`), the clock
   it judges by, owner liveness and a process killer;
 - `serve`: requests other than this host's control files (PostgreSQL: `cronctl_requests`);
-- `end`: housekeeping after the tick (PostgreSQL: forget loops gone silent for good).
+- `end`: housekeeping after the tick (PostgreSQL: forget loops gone silent for good);
+- `clock_stepped`: a wall-clock step followed (the JSON store moves its `every` slots back
+  with a backward one; on PostgreSQL the database's clock judges what is due).
 
 The PostgreSQL beat lives in loop/cluster_beat.py, imported only by a loop that runs there.
 """
@@ -24,7 +26,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from cronctl.context import Context
+from cronctl.loop.clockstep import ClockStep, follow_backward_step
 from cronctl.loop.control import Controls
+from cronctl.loop.engine import Engine
 from cronctl.loop.heal import Killer, Liveness
 from cronctl.proc.kill import kill_run_processes
 from cronctl.proc.liveness import lease_checker, owner_alive
@@ -69,6 +73,10 @@ class TickBeat(Protocol):
 
     def end(self) -> None: ...
 
+    def clock_stepped(self, engine: Engine, step: ClockStep) -> list[str]:
+        """Follow a wall-clock step (SPEC §4); the jobs whose slots moved."""
+        ...
+
 
 class JsonBeat:
     """The JSON store's beat: one home, one loop; the store as the engine last read it."""
@@ -103,3 +111,7 @@ class JsonBeat:
 
     def end(self) -> None:
         """No housekeeping: one loop per home."""
+
+    def clock_stepped(self, engine: Engine, step: ClockStep) -> list[str]:
+        """A backward step moves the `every` slots with it (runs held for a slot now the step away go back)."""
+        return follow_backward_step(self.ctx, engine, step) if step.step_s < 0 else []

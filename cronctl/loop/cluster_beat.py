@@ -9,9 +9,11 @@ from collections.abc import Callable
 
 from cronctl.context import Context
 from cronctl.loop.beat import HealInputs
+from cronctl.loop.clockstep import ClockStep
 from cronctl.loop.cluster import ClusterMember
 from cronctl.loop.cluster_life import first_heal
 from cronctl.loop.control import Controls
+from cronctl.loop.engine import Engine
 from cronctl.loop.forgetting import LoopForgetter
 from cronctl.loop.heal import Killer
 from cronctl.proc.kill import kill_run_processes
@@ -67,3 +69,6 @@ class ClusterBeat:
 
     def end(self) -> None:
         self.forgetter.maybe_forget(self.cluster)  # silent loops, once all their runs are reclaimed
+
+    def clock_stepped(self, engine: Engine, step: ClockStep) -> list[str]:
+        return []  # the database's clock judges what is due: a local step moves nothing

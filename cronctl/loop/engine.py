@@ -237,7 +237,7 @@ class Engine:
     @property
     def doc(self) -> dict[str, Any]:
         """The store as last read, with every job the loop watches (see DueIndex); shared with the
-        healer, so an idle tick parses nothing."""
+        JSON beat's healer (loop/beat.py) and the notification pump, so an idle tick parses nothing."""
         return self.due.doc
 
     def sleep_hint(self, longest: float = 1.0) -> float:

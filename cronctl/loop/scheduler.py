@@ -31,7 +31,7 @@ from cronctl.context import Context
 from cronctl.errors import HomeError, SchedulerRunningError
 from cronctl.loop import control
 from cronctl.loop.beat import JsonBeat, TickBeat
-from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
+from cronctl.loop.clockstep import ClockWatch, record_step
 from cronctl.loop.due import DueIndex
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.forgetting import LoopForgetter
@@ -519,8 +519,8 @@ class Scheduler:
         return self._rest(hint)
 
     def _beat(self) -> TickBeat:
-        if self.beat is None:
-            assert self.engine is not None
+        if self.beat is None:  # a loop built by hand (tests); _start_engine builds it otherwise
+            assert self.engine is not None and self.cluster is None
             self.beat = JsonBeat(self.ctx, self.engine.due, self.options.heal_every)
         return self.beat
 
@@ -560,13 +560,11 @@ class Scheduler:
         return self._store_watch.alive
 
     def _watch_clock(self, engine: Engine) -> None:
-        """A wall-clock step: audited and shown; on the JSON store a backward one moves the
-        `every` slots with it (on PostgreSQL the database's clock judges what is due)."""
+        """A wall-clock step: audited and shown, and followed as the backend's beat says."""
         step = self.clock_watch.check()
         if step is None:
             return
-        moved = follow_backward_step(self.ctx, engine, step) if self.cluster is None and step.step_s < 0 else []
-        record_step(self.ctx, step, moved)
+        record_step(self.ctx, step, self._beat().clock_stepped(engine, step))
         self.heartbeat.clock_jump = step.to_dict()
 
     def _once_done(self) -> bool:
