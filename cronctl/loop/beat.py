@@ -85,6 +85,8 @@ class JsonBeat:
         self.ctx = ctx
         self.source = source
         self.heal_every = heal_every
+        self._read: dict[str, Any] | None = None  # the read `_found` was taken from
+        self._found: list[Suspect] = []
 
     def begin(self) -> float | None:
         return None  # the store is a local file: nothing to reach first
@@ -94,11 +96,14 @@ class JsonBeat:
 
     def heal_inputs(self) -> HealInputs:
         clock = self.ctx.clock
-        # The engine's cached read keeps every suspect job (loop/due.py): an idle heal parses nothing.
-        found = self.ctx.leases.suspects(self.source.doc)
+        # The engine's cached read keeps every suspect job (loop/due.py), and they are typed again
+        # only when it was read again: an idle heal parses and builds nothing.
+        doc = self.source.doc
+        if doc is not self._read:
+            self._read, self._found = doc, self.ctx.leases.suspects(doc)
         live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
                         monotonic=clock.monotonic)
-        return HealInputs(clock.now(), live, kill_run_processes, found)
+        return HealInputs(clock.now(), live, kill_run_processes, self._found)
 
     def healed(self) -> None:
         """Nothing to note: the next sweep is `heal_every` after this one began."""
