@@ -105,8 +105,9 @@ def _grace_of(claim: RunClaim) -> float:
     return float(claim.kill_grace or 0.0)
 
 
-def suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Only jobs with a claim or a failed last run can need healing; the rest cost one dict lookup."""
+def suspect_entries(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The stored entries of the jobs that may need healing (store/suspects.py), untyped: `doctor`
+    reports on a store whatever its entries hold."""
     return [(name, entry) for name, entry in doc["jobs"].items() if is_suspect(entry)]
 
 
@@ -172,7 +173,7 @@ def dead_claims(doc: dict[str, Any], live: Liveness) -> list[tuple[str, str, str
     `doctor` reports (nothing heals them while no loop runs, and force-run of the job
     reclaims them first)."""
     found = []
-    for name, entry in suspects(doc):
+    for name, entry in suspect_entries(doc):
         for run_id, claim in (entry["state"].get("claims") or {}).items():
             problem = claim_problem(claim, live.owner_alive, live.lease_expired)
             if problem is not None:
