@@ -340,6 +340,7 @@ class Engine:
         for run_id, result in ending.items():
             opened[run_id] = result.started_mono if result.status != RunStatus.NOT_STARTED.value else None
         mono_now, wall_now = self.ctx.clock.monotonic(), self.ctx.clock.now()
+        rows: list[tuple[str, dict[str, Any]]] = []
         for held in ready:
             if held.run_id not in opened:
                 continue  # ended: its result, on its way, reports it (record_results)
@@ -351,9 +352,11 @@ class Engine:
                 continue  # ended before its gate opened; its result says so
             late = self.held.started(held, wall_now - timedelta(seconds=mono_now - when))
             run = self.active.get(held.run_id)
-            self.ctx.audit.append(AuditEvent.RUN_STARTED, job=held.job, run_id=held.run_id, slot=held.slot,
-                                  pid=held.pid, attempt=run.attempt if run else 1, held=True,
-                                  late_ms=round(max(0.0, late) * 1000, 1))
+            rows.append((AuditEvent.RUN_STARTED, {
+                "job": held.job, "run_id": held.run_id, "slot": held.slot, "pid": held.pid,
+                "attempt": run.attempt if run else 1, "held": True, "late_ms": round(max(0.0, late) * 1000, 1)}))
+        if rows:  # one write for the burst (one transaction on PostgreSQL), as a unit of work writes its rows
+            self.ctx.audit.append_many(rows)
 
     def cancel_held(self, why: str) -> int:
         """Hand back every held run whose gate has not opened (the loop stops): nothing of them ran."""
