@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ from cronctl.store.cluster import FORCE_RUN, OUTAGE_ERRORS, SKEW_AUDIT_THRESHOLD
 from cronctl.timefmt import from_iso
 
 if TYPE_CHECKING:
-    from cronctl.loop.engine import Engine
+    from cronctl.loop.control import Controls
 
 # SPEC §9: another host's run is reclaimed once its lease ended this long ago (database clock).
 LEASE_MARGIN_S = 5.0
@@ -81,8 +82,20 @@ class ClusterDueIndex:
         self._stale = True
 
     def watch_late(self, now: datetime) -> bool:
-        """Nothing to keep: the health pass asks the database for late jobs (`suspects(late_by=)`)."""
+        """Nothing to keep: the health pass asks the database for late jobs (`PgLeaseStore.watched`)."""
         return False
+
+    def steady(self) -> AbstractContextManager[None]:
+        return nullcontext()  # each beat feeds the instants: nothing to look at again within a tick
+
+    @property
+    def watching(self) -> bool:
+        """Always: the loop asks the database every beat (it has no idle spell on a store watch)."""
+        return True
+
+    @property
+    def signature(self) -> None:
+        return None
 
 
 def cluster_liveness(host: str, boot: str, db_now: Callable[[], datetime], monotonic: Callable[[], float],
@@ -227,26 +240,26 @@ class ClusterMember:
 
     # --- requests --------------------------------------------------------------------------
 
-    def serve_requests(self, engine: Engine) -> int:
+    def serve_requests(self, controls: Controls) -> int:
         """Take the requests this loop may serve and answer each (within a tick of the beat)."""
         if not self.requests_waiting:
             return 0
         taken = self.store.take_requests(self.me.host_id, self.me.loop_id)
         for request in taken:
-            self.store.answer(request.id, _serve(engine, request))
+            self.store.answer(request.id, _serve(controls, request))
         self.requests_waiting = False
         return len(taken)
 
 
-def _serve(engine: Engine, request: Request) -> str:
+def _serve(controls: Controls, request: Request) -> str:
     """The outcome text the asking command shows: `started RUN_ID`, `skipped: ...`, `killed RUN_ID`."""
     try:
         if request.kind == FORCE_RUN:
-            batch = engine.force(request.job)
+            batch = controls.force(request.job)
             if not batch.claims:
                 return f"skipped: job '{request.job}' is running and its overlap is skip"
             return f"started {batch.claims[0].run_id}"
-        if request.run_id and engine.supervisor.kill(request.run_id, "operator"):
+        if request.run_id and controls.kill_run(request.run_id, "operator"):
             return f"killed {request.run_id}"
         return f"not running here: {request.run_id}"
     except CronctlError as exc:

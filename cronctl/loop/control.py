@@ -13,14 +13,14 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from cronctl.errors import CronctlError
 from cronctl.paths import Paths
 from cronctl.store.statefiles import read_json, write_json_atomic
 
 if TYPE_CHECKING:  # the loop's side only; `cronctl force-run` must not import the engine
-    from cronctl.loop.engine import Engine
+    from cronctl.store.claims import ClaimBatch
 
 REQUEST_SUFFIX = ".req.json"
 REPLY_SUFFIX = ".reply.json"
@@ -77,11 +77,27 @@ def reply(paths: Paths, request: dict[str, Any], request_path: Path, answer: dic
 # --- the loop's side --------------------------------------------------------------------
 
 
-def serve(paths: Paths, engine: Engine) -> None:
+class Controls(Protocol):
+    """What a request may ask of the loop (the engine offers it: loop/engine.py)."""
+
+    def force(self, job: str) -> ClaimBatch:
+        """Claim `job` now under its overlap rules and start it (no claim: its overlap skipped it)."""
+        ...
+
+    def kill_run(self, run_id: str, reason: str) -> bool:
+        """End one run this loop supervises; False when it supervises no such run."""
+        ...
+
+    def kill_job(self, job: str, reason: str) -> list[str]:
+        """End every run of `job` this loop supervises; their run ids."""
+        ...
+
+
+def serve(paths: Paths, controls: Controls) -> None:
     """Answer every pending request (on the tick thread, under the tick lock)."""
     for path, request in pending_requests(paths):
         try:
-            answer = _answer(engine, request)
+            answer = _answer(controls, request)
         except CronctlError as exc:
             answer = {"ok": False, "error": str(exc)}
         except Exception as exc:
@@ -93,16 +109,13 @@ def serve(paths: Paths, engine: Engine) -> None:
         reply(paths, request, path, answer)
 
 
-def _answer(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
+def _answer(controls: Controls, request: dict[str, Any]) -> dict[str, Any]:
     job = str(request.get("job"))
     if request.get("action") == "force_run":
-        batch = engine.force(job)
+        batch = controls.force(job)
         if not batch.claims:
             return {"ok": False, "skipped": True, "error": f"job '{job}' is running and its overlap is skip"}
         return {"ok": True, "run_id": batch.claims[0].run_id, "pid": os.getpid()}
     if request.get("action") == "kill":
-        mine = [r for r, a in engine.active.items() if a.job == job]
-        for run_id in mine:
-            engine.supervisor.kill(run_id, "operator")
-        return {"ok": True, "run_ids": mine}
+        return {"ok": True, "run_ids": controls.kill_job(job, "operator")}
     return {"ok": False, "error": f"unknown request {request.get('action')!r}"}

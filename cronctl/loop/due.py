@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from cronctl.loop.heal import is_suspect
 from cronctl.loop.late_watch import LateWatch
 from cronctl.store import chain_doc
 from cronctl.store import claims as claims_mod
@@ -26,6 +25,7 @@ from cronctl.store.jsonstore import Store, StoreScan, StoreSignature
 from cronctl.store.lazyjobs import NotStoreForm
 from cronctl.store.notify_owed import ALERTS, OWED
 from cronctl.store.outbox import PENDING
+from cronctl.store.suspects import is_suspect
 from cronctl.timefmt import from_iso, to_iso
 
 Instants = tuple[datetime | None, datetime | None, int]

@@ -14,21 +14,19 @@ import queue
 import signal
 import sys
 import threading
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol
 
 from cronctl.context import Context
-from cronctl.jobs.state import JobView
 from cronctl.loop import fence as fence_mod
-from cronctl.loop import held as held_mod
 from cronctl.loop.due import DueIndex
 from cronctl.loop.fence import SelfFence
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
-from cronctl.loop.held import ActiveRun, HeldRun
+from cronctl.loop.held import ActiveRun, HeldRun, HeldRuns
 from cronctl.loop.notify_worker import NotifyPump
-from cronctl.loop.on_failure import on_failure_request
+from cronctl.loop.on_failure import FailureHooks
 from cronctl.loop.warm_hops import WarmHops
 from cronctl.models import AuditEvent, Fault, JobSpec, RunStatus, Trigger
 from cronctl.proc.childsetup import child_setup_of
@@ -41,7 +39,7 @@ from cronctl.store import claims as claims_mod
 from cronctl.store import outbox
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease, NewClaim, Outcome, Owner
 from cronctl.store.leases import HeldGate, Refused, RunEnd, Unhold
-from cronctl.store.outbox import PENDING, OwedHook
+from cronctl.store.outbox import PENDING
 from cronctl.timefmt import to_iso
 
 LOG_CAP = 1_000_000
@@ -85,6 +83,20 @@ class DueSource(Protocol):
     @property
     def doc(self) -> dict[str, Any]: ...
 
+    def steady(self) -> AbstractContextManager[None]:
+        """Within the block the store is looked at once, however many steps of a tick ask."""
+        ...
+
+    @property
+    def watching(self) -> bool:
+        """Whether something read must be looked at again within a second (no idle spell)."""
+        ...
+
+    @property
+    def signature(self) -> Any:
+        """Of the store as last read (None: to be read again, or not a file)."""
+        ...
+
 
 @dataclass
 class EngineOptions:
@@ -125,8 +137,7 @@ class Engine:
         self.options = options or EngineOptions()
         self.wake = wake or threading.Event()
         self.active: dict[str, ActiveRun] = {}
-        self.handed_back = 0  # runs claimed ahead that shutdown handed back unstarted
-        self.on_failure_runs: set[str] = set()
+        self.hooks = FailureHooks(ctx.paths, supervisor, self.options.log_cap, self.options.drain_timeout)
         self.finished_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending = _Pending()
         # The next instants to act at: from the JSON document, or (loop/cluster.py) from PostgreSQL.
@@ -135,13 +146,7 @@ class Engine:
         # in time (loop/fence.py); the engine tells it each confirmation. None: no self-fence.
         self.fence: SelfFence | None = None
         self._claim_began = ctx.clock.monotonic()  # when the last claim's round trip began
-        self.held: dict[str, HeldRun] = {}
-        # Runs handed back before their gate opened: their not_started result is no news.
-        self._discarded: set[str] = set()
-        self._release_write = 0.0  # seconds the last release write took
-        self._spawn_cost = held_mod.SPAWN_COST_START  # seconds per gated child, as last measured
-        self._lateness: list[float] = []  # observed, not yet persisted (runs claimed ahead)
-        self._quiet_until: datetime | None = None  # no result recording before (a burst starts)
+        self.held = HeldRuns()  # runs claimed ahead of their slot, at their gates (loop/held.py)
         self._last_renew = ctx.clock.monotonic()
         # Due jobs left unclaimed for want of --max-parallel room: only a run's end
         # makes room, and it wakes the tick, so sleeping until then is no delay.
@@ -161,7 +166,7 @@ class Engine:
         Not during a burst's quiet window: the tick wakes at its end anyway.
         """
         self._pending.results.put(result)
-        quiet = self._quiet_until
+        quiet = self.held.quiet_until
         if quiet is None or self.ctx.clock.now() >= quiet:
             self.wake.set()
 
@@ -211,10 +216,32 @@ class Engine:
         self.dispatch(batch)
         return batch
 
+    def kill_run(self, run_id: str, reason: str) -> bool:
+        """End one run this engine's supervisor watches (loop/control.py's `Controls`)."""
+        return self.supervisor.kill(run_id, reason)
+
+    def kill_job(self, job: str, reason: str) -> list[str]:
+        """End every run of `job` this engine supervises; their run ids."""
+        mine = [run_id for run_id, run in self.active.items() if run.job == job]
+        for run_id in mine:
+            self.supervisor.kill(run_id, reason)
+        return mine
+
+    def tend(self) -> float:
+        """Record what ended and renew what runs, nothing else (`--once` after its first tick)."""
+        self.record_results()
+        self.renew_if_due()
+        return 1.0
+
+    def ended_elsewhere(self, run_ids: list[str]) -> None:
+        """The healer ended these runs and recorded them (past any deadline): no longer ours to tend."""
+        for run_id in run_ids:
+            self.active.pop(run_id, None)
+
     @property
     def doc(self) -> dict[str, Any]:
         """The store as last read, with every job the loop watches (see DueIndex); shared with the
-        healer, so an idle tick parses nothing."""
+        JSON beat's healer (loop/beat.py) and the notification pump, so an idle tick parses nothing."""
         return self.due.doc
 
     def sleep_hint(self, longest: float = 1.0) -> float:
@@ -226,10 +253,9 @@ class Engine:
                 wake.append(self.due.next_due)
             if self.due.next_ahead is not None and self.options.prespawn_lead > 0:
                 wake.append(self.due.next_ahead - timedelta(seconds=self._lead()))
-        quiet = self._quiet_until
-        wake.extend(held_mod.wakeups(self.held.values(), now, self._release_margin(), quiet))
-        if quiet is not None:
-            wake.append(quiet)
+        wake.extend(self.held.wakeups(now))
+        if self.held.quiet_until is not None:
+            wake.append(self.held.quiet_until)
         if not wake:
             return longest
         return max(0.0, min(longest, (min(wake) - now).total_seconds()))
@@ -258,65 +284,46 @@ class Engine:
                                                 capacity)
         finally:
             self.due.invalidate()  # recompute the next instants from the store as it now is
-        if batch.claims and not self._release_write:
-            # Before the first release is measured, the claim of the same runs tells its cost: a
-            # margin of RELEASE_MARGIN alone opens the first gates late when that write is slow.
-            # (An empty claim tells nothing: another loop took the burst.)
-            self._release_write = self.ctx.clock.monotonic() - claiming
+        claim_write = self.ctx.clock.monotonic() - claiming
         self._saturated = batch.deferred > 0
         if not batch.claims:
-            return 0
+            return 0  # another loop took the burst: nothing measured
         if os.environ.get(CRASH_ENV) == "after_claim":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between claim and dispatch
         began = self.ctx.clock.monotonic()
         spawned = self._spawn_all(batch.claims)
+        self.held.claimed(claim_write, len(spawned), self.ctx.clock.monotonic() - began, len(batch.claims))
         self.warm_hops.dispatched(batch.claims)  # a chain's root claimed ahead: warm children before its slot
-        if spawned:
-            self._spawn_cost = max(0.0005, (self.ctx.clock.monotonic() - began) / len(batch.claims))
         by_id = {new.run_id: new for new in batch.claims}
         for run in spawned:
             new = by_id[run.run_id]
             assert new.held_until is not None
-            self.held[run.run_id] = HeldRun(new.job, run.run_id, new.spec, to_iso(new.slot) or "", new.held_until,
-                                            new.advanced_to, run.pid, run.start_time)
+            self.held.hold(HeldRun(new.job, run.run_id, new.spec, to_iso(new.slot) or "", new.held_until,
+                                   new.advanced_to, run.pid, run.start_time))
         if spawned and os.environ.get(CRASH_ENV) == "held_at_gate":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with children waiting at their gates
         return len(spawned)
 
     def _lead(self) -> float:
-        return held_mod.lead(self.options.prespawn_lead, self.due.ahead_count, self._spawn_cost, self._release_write)
-
-    def _release_margin(self) -> timedelta:
-        return held_mod.release_margin(self._release_write)
+        return self.held.lead(self.options.prespawn_lead, self.due.ahead_count)
 
     def release_held(self, force: bool = False) -> None:
         """Just before their instant: mark held runs dispatched (one write), then let the
         supervisor open their gates at the instant. A run whose job was paused, edited or
         removed since its claim, or whose claim was taken away, is handed back instead."""
-        now = self.ctx.clock.now()
-        margin = self._release_margin()
-        due = [h for h in self.held.values() if not h.released and (force or h.due - now <= margin)]
+        due = self.held.to_release(self.ctx.clock.now(), force)
         if not due:
             return
         started = self.ctx.clock.monotonic()
         gates = [self._gate_of(held) for held in due]
-        kept_ids = set(self.ctx.leases.release_held(self.owner, gates, self._lateness))
+        kept_ids = set(self.ctx.leases.release_held(self.owner, gates, self.held.lateness))
         self._confirm(sorted(kept_ids), started)  # the dispatch restarted their leases
-        self._lateness.clear()
         self.due.invalidate()
-        self._release_write = self.ctx.clock.monotonic() - started
-        kept = [held for held in due if held.run_id in kept_ids]
         for held in due:
             if held.run_id not in kept_ids:
                 self._discard(held.run_id)
-        by_instant: dict[datetime, list[str]] = {}
-        for held in kept:
-            held.released = True
-            by_instant.setdefault(held.due, []).append(held.run_id)
-        for instant, run_ids in sorted(by_instant.items()):
-            quiet = held_mod.quiet_after(instant, len(run_ids))
-            if self._quiet_until is None or quiet > self._quiet_until:
-                self._quiet_until = quiet
+        kept = [held for held in due if held.run_id in kept_ids]
+        for instant, run_ids in self.held.released(kept, self.ctx.clock.monotonic() - started):
             self.supervisor.open_gates_after(run_ids, (instant - self.ctx.clock.now()).total_seconds())
 
     def _gate_of(self, held: HeldRun) -> HeldGate:
@@ -331,32 +338,30 @@ class Engine:
         A run in `ending` is reported now, whatever the time: its run.finished row follows.
         """
         ending = ending or {}
-        now = self.ctx.clock.now()
-        if not ending and self._quiet_until is not None and now < self._quiet_until:
-            return
-        settled = timedelta(seconds=held_mod.STARTED_REPORT_DELAY)
-        ready = [h for h in self.held.values() if h.released and (h.run_id in ending or now - h.due >= settled)]
+        ready = self.held.to_report(self.ctx.clock.now(), ending)
         if not ready:
             return
         opened = self.supervisor.gate_opened_at([h.run_id for h in ready if h.run_id not in ending])
         for run_id, result in ending.items():
             opened[run_id] = result.started_mono if result.status != RunStatus.NOT_STARTED.value else None
         mono_now, wall_now = self.ctx.clock.monotonic(), self.ctx.clock.now()
+        rows: list[tuple[str, dict[str, Any]]] = []
         for held in ready:
             if held.run_id not in opened:
                 continue  # ended: its result, on its way, reports it (record_results)
             when = opened[held.run_id]
             if when is None and held.run_id not in ending:
                 continue  # still closed: looked at again on the next tick
-            self.held.pop(held.run_id, None)
             if when is None:
+                self.held.runs.pop(held.run_id, None)
                 continue  # ended before its gate opened; its result says so
-            late = (wall_now - timedelta(seconds=mono_now - when) - held.due).total_seconds()
-            self._lateness.append(late)
+            late = self.held.started(held, wall_now - timedelta(seconds=mono_now - when))
             run = self.active.get(held.run_id)
-            self.ctx.audit.append(AuditEvent.RUN_STARTED, job=held.job, run_id=held.run_id, slot=held.slot,
-                                  pid=held.pid, attempt=run.attempt if run else 1, held=True,
-                                  late_ms=round(max(0.0, late) * 1000, 1))
+            rows.append((AuditEvent.RUN_STARTED, {
+                "job": held.job, "run_id": held.run_id, "slot": held.slot, "pid": held.pid,
+                "attempt": run.attempt if run else 1, "held": True, "late_ms": round(max(0.0, late) * 1000, 1)}))
+        if rows:  # one write for the burst (one transaction on PostgreSQL), as a unit of work writes its rows
+            self.ctx.audit.append_many(rows)
 
     def cancel_held(self, why: str) -> int:
         """Hand back every held run whose gate has not opened (the loop stops): nothing of them ran."""
@@ -365,7 +370,7 @@ class Engine:
     def close_held_gates(self) -> list[HeldRun]:
         """The held runs whose gate this cancelled before it opened (certain nothing of them ran).
         No store write: safe from another thread while the tick thread waits on the store."""
-        return [h for h in list(self.held.values()) if self.supervisor.cancel_gate(h.run_id)]
+        return [h for h in list(self.held.runs.values()) if self.supervisor.cancel_gate(h.run_id)]
 
     def hand_back(self, back: list[HeldRun], why: str) -> int:
         """Give the claims of these cancelled held runs back to the store (their slots fire again)."""
@@ -379,17 +384,16 @@ class Engine:
 
     def end_quiet(self) -> None:
         """Results are recorded now, whatever burst was starting (the loop stops)."""
-        self._quiet_until = None
+        self.held.end_quiet()
 
     def discard(self, run_id: str) -> None:
         """Forget a run handed back before its gate opened: its not_started result is no news."""
         self._discard(run_id)
 
     def _discard(self, run_id: str) -> None:
-        self.held.pop(run_id, None)
+        self.held.discard(run_id)
         self.active.pop(run_id, None)
         self._forget_lease(run_id)
-        self._discarded.add(run_id)
         self.supervisor.cancel_gate(run_id)
 
     # --- dispatch ----------------------------------------------------------------
@@ -419,11 +423,7 @@ class Engine:
         for run in spawned:
             if run.run_id not in kept_ids:
                 self.supervisor.cancel_gate(run.run_id)
-        self.supervisor.open_gates(sorted(kept_ids))
-        for run in kept:
-            self.ctx.audit.append(AuditEvent.RUN_STARTED, job=run.job, run_id=run.run_id,
-                                  slot=self.active[run.run_id].slot, pid=run.pid,
-                                  attempt=self.active[run.run_id].attempt)
+        self.supervisor.open_gates(sorted(kept_ids))  # their run.started rows: written with the mark
 
     def _capacity(self) -> int | None:
         """How many more runs --max-parallel allows (None: no limit); 0 marks us saturated."""
@@ -482,17 +482,15 @@ class Engine:
     # --- results -------------------------------------------------------------------
 
     def record_results(self) -> int:
-        if self._quiet_until is not None:
-            if self.ctx.clock.now() < self._quiet_until:
-                return 0
-            self._quiet_until = None
+        if self.held.quiet(self.ctx.clock.now()):
+            return 0
         results: list[RunResult] = []
         while True:
             try:
                 results.append(self._pending.results.get_nowait())
             except queue.Empty:
                 break
-        results = [r for r in results if not self._is_on_failure(r) and not self._was_discarded(r)]
+        results = [r for r in results if not self.hooks.ended(r.run_id) and not self.held.was_discarded(r.run_id)]
         if not results:
             return 0
         if self.held:
@@ -502,8 +500,8 @@ class Engine:
         ends = [RunEnd(result.run_id, outcome_of(result), run.job if run else None, run.log_path if run else None)
                 for result, run in zip(results, runs, strict=True)]
         try:
-            finished = self.ctx.leases.finish_many(self.owner, ends, now, self._lateness)
-            self._lateness.clear()
+            finished = self.ctx.leases.finish_many(self.owner, ends, now, self.held.lateness)
+            self.held.lateness.clear()
             if os.environ.get(CRASH_ENV) == "after_finish":
                 os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between a finish and the next claim
         except BaseException:
@@ -514,7 +512,7 @@ class Engine:
             raise
         for result in results:
             self.active.pop(result.run_id, None)
-            self.held.pop(result.run_id, None)
+            self.held.runs.pop(result.run_id, None)
             self._forget_lease(result.run_id)
         hops = triggered_chains(finished)
         if hops:
@@ -567,46 +565,13 @@ class Engine:
             return 0
         owed = self.ctx.leases.deliver_pending(owner_alive, doc)
         for hook in owed:
-            self._start_owed_hook(hook)
+            self.hooks.start_owed(hook, self.due.doc["jobs"].get(hook.job))
         self.ctx.leases.settle([(hook.job, hook.run_id) for hook in owed])
         self.due.invalidate()
         return len(owed)
 
-    def _start_owed_hook(self, hook: OwedHook) -> None:
-        view = self.due.doc["jobs"].get(hook.job)
-        if view is None:
-            return  # the job was removed since: nobody to notify with
-        spec = JobView.from_entry(view).spec
-        if spec.on_failure is None:
-            return
-        record = hook.record
-        log = record.get("log") or str(self.ctx.paths.run_log(hook.job, hook.run_id))
-        run = ActiveRun(hook.job, hook.run_id, spec, str(record.get("slot") or ""), int(record.get("attempt") or 1),
-                        str(log))
-        self._start_on_failure(run, record)
-
-    def _was_discarded(self, result: RunResult) -> bool:
-        if result.run_id in self._discarded:
-            self._discarded.discard(result.run_id)
-            return True
-        return False
-
-    def _is_on_failure(self, result: RunResult) -> bool:
-        if result.run_id in self.on_failure_runs:
-            self.on_failure_runs.discard(result.run_id)
-            return True
-        return False
-
     def _start_on_failure(self, run: ActiveRun, record: dict[str, Any]) -> None:
-        """The job's own notifier: its failure must never wedge or crash the loop."""
-        request = on_failure_request(self.ctx.paths, run, record, self.options.log_cap, self.options.drain_timeout)
-        try:
-            self.supervisor.spawn_gated(request)
-        except (BlockedConfig, SpawnError) as exc:
-            print(f"cronctl: on_failure of {run.job} could not start: {exc}", file=sys.stderr)
-            return
-        self.on_failure_runs.add(request.run_id)
-        self.supervisor.open_gates([request.run_id])
+        self.hooks.start(run, record)
 
     # --- leases --------------------------------------------------------------------------
 
@@ -653,14 +618,14 @@ class Engine:
         then stays, and the next loop reclaims it as lost.
         """
         try:
-            self.handed_back = self.cancel_held("shutdown")
+            self.held.handed_back = self.cancel_held("shutdown")
         except Exception as exc:  # their claims then stay, and the next loop reclaims them
             print(f"cronctl: could not hand back runs claimed ahead: {exc}", file=sys.stderr)
         if wait is None:
             graces = [run.spec.kill_grace for run in self.active.values()]
             wait = max(graces, default=0.0) + self.options.drain_timeout + 10.0
         self.supervisor.shutdown("shutdown", wait=wait)
-        self._quiet_until = None  # every result now, whatever burst was starting
+        self.held.end_quiet()  # every result now, whatever burst was starting
         recorded = self.record_results()
         self.drop_delivered()
         return recorded

@@ -16,9 +16,10 @@ from typing import Any, Callable, Container
 from cronctl.context import Context
 from cronctl.jobs.health import claim_problem, persisted_error_wedge
 from cronctl.jobs.state import JobView
-from cronctl.models import FAILED_STATUSES
 from cronctl.proc.identity import boot_id
 from cronctl.store.claims import Owner
+from cronctl.store.lease_types import RunClaim
+from cronctl.store.suspects import Suspect, is_suspect
 
 DEADLINE_SLACK = 120.0
 
@@ -44,52 +45,55 @@ class HealReport:
         return bool(self.reclaimed or self.deadline_terminated or self.rearmed)
 
 
-def run_deadline(claim: dict[str, Any], spec_retries: int, retry_delay: float) -> float | None:
+def run_deadline(timeout: float | None, kill_grace: float | None, spec_retries: int,
+                 retry_delay: float) -> float | None:
     """Seconds after the start by which any run must have ended (None: no timeout, no deadline)."""
-    timeout = float(claim.get("timeout") or 0.0)
-    if timeout <= 0:
+    if float(timeout or 0.0) <= 0:
         return None
-    return timeout + float(claim.get("kill_grace") or 0.0) + spec_retries * retry_delay + DEADLINE_SLACK
+    return float(timeout or 0.0) + float(kill_grace or 0.0) + spec_retries * retry_delay + DEADLINE_SLACK
 
 
 def heal_pass(ctx: Context, now: datetime, live: Liveness, kill: Killer,
-              supervised: Container[str] = frozenset(), doc: dict[str, Any] | None = None) -> HealReport:
+              supervised: Container[str] = frozenset(), found: list[Suspect] | None = None) -> HealReport:
     """One sweep.
 
     `supervised` are the run ids this process really watches: only their deadline is
     checked. Every other claim, even one held in this process's name (leaked), is judged
-    by its owner's life and its lease. `doc` is a recent read of the store (the loop
-    passes the one it cached, so an idle tick re-parses nothing); every change re-reads
-    the claim under the lock anyway.
+    by its owner's life and its lease. `found`: the lease store's `suspects()` as the
+    caller just asked them (the loop, from its cached read: an idle tick re-parses
+    nothing); every change re-reads the claim under the lock anyway.
     """
     report = HealReport()
-    broken: list[tuple[str, str, dict[str, Any], str]] = []
-    for name, entry in suspects(doc if doc is not None else ctx.store.read()):
-        view = JobView.from_entry(entry)
-        for run_id, claim in list(view.claims.items()):
-            problem = None if run_id in supervised else claim_problem(claim, live.owner_alive, live.lease_expired)
+    broken: list[tuple[RunClaim, str]] = []
+    for suspect in found if found is not None else ctx.leases.suspects():
+        for claim in suspect.claims:
+            problem = None if claim.run_id in supervised else problem_of(claim, live)
             if problem is not None:
-                broken.append((name, run_id, claim, problem))
+                broken.append((claim, problem))
             else:
-                _check_deadline(ctx, view, run_id, claim, now, live, kill, report)
-        if persisted_error_wedge(view, now):
-            _rearm(ctx, name, now, report)
-    ended = _kill_all(broken, kill)
-    for name, run_id, claim, problem in broken:
-        reclaim(ctx, name, run_id, claim, problem, now, lambda *_, done=ended[run_id]: done, report)
+                _check_deadline(ctx, suspect.view, claim, now, live, kill, report)
+        if persisted_error_wedge(suspect.view, now):
+            _rearm(ctx, suspect.job, now, report)
+    ended = _kill_all([claim for claim, _ in broken], kill)
+    for claim, problem in broken:
+        _reclaim_typed(ctx, claim, problem, now, ended[claim.run_id], report)
     return report
 
 
-def _kill_all(broken: list[tuple[str, str, dict[str, Any], str]], kill: Killer) -> dict[str, int]:
+def problem_of(claim: RunClaim, live: Liveness) -> str | None:
+    """'owner_dead', 'lease_expired' or None for a healthy claim (jobs/health.py's claim_problem)."""
+    return claim_problem({"owner": claim.owner_dict, **claim.lease_fields}, live.owner_alive, live.lease_expired)
+
+
+def _kill_all(broken: list[RunClaim], kill: Killer) -> dict[str, int]:
     """Kill the processes of every broken run at once: each may wait out its kill_grace,
     and a new leader healing many orphans must not look hung meanwhile."""
     if len(broken) <= 1:
-        return {run_id: kill(run_id, claim.get("child"), _grace(claim)) for _, run_id, claim, _ in broken}
+        return {claim.run_id: kill(claim.run_id, claim.child, _grace_of(claim)) for claim in broken}
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(16, len(broken)), thread_name_prefix="cronctl-heal") as pool:
-        futures = {run_id: pool.submit(kill, run_id, claim.get("child"), _grace(claim))
-                   for _, run_id, claim, _ in broken}
+        futures = {claim.run_id: pool.submit(kill, claim.run_id, claim.child, _grace_of(claim)) for claim in broken}
         return {run_id: future.result() for run_id, future in futures.items()}
 
 
@@ -97,14 +101,21 @@ def _grace(claim: dict[str, Any]) -> float:
     return float(claim.get("kill_grace") or 0.0)
 
 
-def suspects(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Only jobs with a claim or a failed last run can need healing; the rest cost one dict lookup."""
+def _grace_of(claim: RunClaim) -> float:
+    return float(claim.kill_grace or 0.0)
+
+
+def suspect_entries(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The stored entries of the jobs that may need healing (store/suspects.py), untyped: `doctor`
+    reports on a store whatever its entries hold."""
     return [(name, entry) for name, entry in doc["jobs"].items() if is_suspect(entry)]
 
 
-def is_suspect(entry: dict[str, Any]) -> bool:
-    state = entry["state"]
-    return bool(state.get("claims")) or state.get("last_status") in FAILED_STATUSES
+def _reclaim_typed(ctx: Context, claim: RunClaim, reason: str, now: datetime, ended: int,
+                   report: HealReport) -> None:
+    """Release a broken claim whose processes were ended (fenced on the owner seen)."""
+    if ctx.leases.reclaim(claim.job, claim.run_id, claim.owner, reason, now, ended):
+        report.reclaimed.append((claim.job, claim.run_id, reason))
 
 
 def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: str, now: datetime,
@@ -120,17 +131,16 @@ def reclaim(ctx: Context, job: str, run_id: str, claim: dict[str, Any], reason: 
     return True
 
 
-def _check_deadline(ctx: Context, view: JobView, run_id: str, claim: dict[str, Any], now: datetime,
-                    live: Liveness, kill: Killer, report: HealReport) -> None:
-    started = claim.get("started_mono")
-    limit = run_deadline(claim, view.spec.retries, view.spec.retry_delay)
-    if started is None or limit is None or claim.get("boot_id") is None:
+def _check_deadline(ctx: Context, view: JobView, claim: RunClaim, now: datetime, live: Liveness, kill: Killer,
+                    report: HealReport) -> None:
+    limit = run_deadline(claim.timeout, claim.kill_grace, view.spec.retries, view.spec.retry_delay)
+    if claim.started_mono is None or limit is None or claim.boot_id is None:
         return
-    if live.monotonic() - float(started) <= limit:
+    if live.monotonic() - float(claim.started_mono) <= limit:
         return
-    ended = kill(run_id, claim.get("child"), _grace(claim))
-    if ctx.leases.end_past_deadline(view.spec.name, run_id, limit, now, ended):
-        report.deadline_terminated.append((view.spec.name, run_id))
+    ended = kill(claim.run_id, claim.child, _grace_of(claim))
+    if ctx.leases.end_past_deadline(view.spec.name, claim.run_id, limit, now, ended):
+        report.deadline_terminated.append((view.spec.name, claim.run_id))
 
 
 def _rearm(ctx: Context, job: str, now: datetime, report: HealReport) -> None:
@@ -163,7 +173,7 @@ def dead_claims(doc: dict[str, Any], live: Liveness) -> list[tuple[str, str, str
     `doctor` reports (nothing heals them while no loop runs, and force-run of the job
     reclaims them first)."""
     found = []
-    for name, entry in suspects(doc):
+    for name, entry in suspect_entries(doc):
         for run_id, claim in (entry["state"].get("claims") or {}).items():
             problem = claim_problem(claim, live.owner_alive, live.lease_expired)
             if problem is not None:

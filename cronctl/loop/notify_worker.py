@@ -10,7 +10,7 @@ live loop delivers, and the lease on each entry makes each key go out once among
 The health pass (`stale`) also runs from the pump: a job found late or wedged owes
 `stale` once, until it is healthy again. It looks at the jobs the loop keeps in memory, and
 these include a job with targets whose slot plus grace has passed unclaimed (loop/late_watch.py);
-on PostgreSQL it asks the database for the same (`PgLeaseStore.suspects(late_by=...)`).
+on PostgreSQL it asks the database for the same (`PgLeaseStore.watched(late_by=...)`).
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def start_notifications(ctx: Any, engine: Any, by: str) -> NotifyWorker:
 
         def health() -> int:
             now = ctx.clock.now()
-            return health_pass(leases, leases.suspects(late_by=now), now)
+            return health_pass(leases, leases.watched(late_by=now), now)
 
     worker = NotifyWorker(leases, ctx.clock, by, poll=poll, health=health)
     worker.start()

@@ -28,23 +28,24 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cronctl.clock import Clock
 from cronctl.context import Context
-from cronctl.errors import CronctlError, HomeError, SchedulerRunningError
+from cronctl.errors import HomeError, SchedulerRunningError
 from cronctl.loop import control
-from cronctl.loop.clockstep import ClockWatch, follow_backward_step, record_step
+from cronctl.loop.beat import JsonBeat, TickBeat
+from cronctl.loop.clockstep import ClockWatch, record_step
 from cronctl.loop.due import DueIndex
 from cronctl.loop.engine import PRESPAWN_LEAD, Engine, EngineOptions, build_engine
 from cronctl.loop.forgetting import LoopForgetter
-from cronctl.loop.heal import HealReport, Killer, Liveness, heal_pass, suspects
+from cronctl.loop.heal import HealReport, heal_pass
 from cronctl.loop.heartbeat import HEARTBEAT_STALE_AFTER, HeartbeatWriter
 from cronctl.loop.idlebeat import IdleBeats
 from cronctl.loop.leadership import Leadership, Takeover, record_takeover
 from cronctl.loop.notify import Notifier, ServiceBeat
 from cronctl.loop.notify_worker import STOP_DRAIN_S, NotifyWorker, start_notifications
 from cronctl.loop.storewatch import StoreWatch
+from cronctl.loop.watched_file import FileApplied as FileApplied  # ops.runs takes it from here
+from cronctl.loop.watched_file import WatchedFile
 from cronctl.models import AuditEvent
 from cronctl.proc import identity as procs
-from cronctl.proc.kill import kill_run_processes
-from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import Owner
 from cronctl.store.locks import SchedulerLock, lock_holder
@@ -58,9 +59,6 @@ if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
 
 WATCHDOG_PERIOD = 0.5
 IDLE_WATCH_PERIOD = 10.0  # the main thread's look for a silent tick thread without systemd or --file
-# While a dropped job's run goes on, the watched file is applied again when a run ends, and at
-# least this often (a run of another process, force-run without the loop, ends unseen).
-PRUNE_RETRY_EVERY = 10.0
 # An idle loop on the JSON store (nothing running, claimed, owed or watched, nothing due
 # sooner) beats this often instead of every second: its wake-ups were nearly all of its
 # CPU. What others write to the store wakes it at once (loop/storewatch.py), requests to it
@@ -85,16 +83,6 @@ class LoopOptions:
     http_token: str | None = None  # --http-token's secret: the dashboard's actions are on
     live_after: float = HEARTBEAT_STALE_AFTER  # /livez fails when the last tick is older than this
     forget_after: float = 900.0  # on PostgreSQL: a loop silent this long, its runs all reclaimed, is forgotten
-
-
-@dataclass
-class FileApplied:
-    """What re-applying the watched jobs file did, as the loop reports it."""
-
-    changed: bool
-    summary: str
-    # Jobs the file dropped that were running: removed by a later apply, once their runs end.
-    prune_waiting: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -145,10 +133,7 @@ class Scheduler:
         self.generation: Generation | None = None
         self.started_at = ctx.clock.now()
         self.ticks = 0
-        self._file_sig: tuple[int, int, int] | None = None
-        self._prune_waiting: list[str] = []
-        self._prune_tried_at = 0.0
-        self._prune_tried_active = 0
+        self._watched_file: WatchedFile | None = None  # --file (loop/watched_file.py)
         self._last_heal = 0.0
         self._supervisor_factory = supervisor_factory
         self.supervisor: Supervisor | None = None
@@ -157,8 +142,7 @@ class Scheduler:
         self.takeover: Takeover | None = None
         self.cluster: ClusterMember | None = None  # on PostgreSQL: this loop among the others
         self._first_due: DueIndex | None = None  # the JSON store as read before the loop announced itself
-        self._heal_source: dict[str, Any] | None = None
-        self._heal_doc: dict[str, Any] = {}
+        self.beat: TickBeat | None = None  # the backend's part of the tick (loop/beat.py)
         self.hooks = hooks or LoopHooks()
         self.service = ServiceBeat(notifier or Notifier.from_env(os.environ), ctx.clock)
         self.endpoint: Endpoint | None = None
@@ -249,19 +233,7 @@ class Scheduler:
             self._apply_file(initial=True)
         gen_id = self._new_generation_id()
         self.cluster = self._join_cluster()
-        self.engine = build_engine(self.ctx, self._owner(gen_id),
-                                   EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
-                                                 # --once fires what is due now, never a slot still ahead
-                                                 prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
-                                   wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory,
-                                   due=self.cluster.due if self.cluster else self._first_due)
-        self.supervisor = self.engine.supervisor
-        self.supervisor.start()
-        if self.cluster is not None:
-            from cronctl.loop.cluster_life import start_self_fence
-
-            self.engine.fence = start_self_fence(self.engine, self.options.lease, self.ctx.clock.monotonic)
-        self.notify_worker = start_notifications(self.ctx, self.engine, f"{os.getpid()}:{gen_id}")
+        self.engine = self._start_engine(gen_id)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STARTED, pid=os.getpid(), generation=gen_id,
                               file=str(self.options.file) if self.options.file else None,
                               previous_pid=(previous or {}).get("pid"),
@@ -269,12 +241,7 @@ class Scheduler:
         if self.takeover is not None:
             record_takeover(self.ctx, self.takeover, previous)
         self._write_heartbeat(stopped_cleanly=False)  # alive before a possibly long first heal
-        if self.cluster is not None:
-            from cronctl.loop.cluster_life import first_heal
-
-            first_heal(self._heal)
-        else:
-            self._heal()
+        self._beat().first_heal(self._heal)
         self._start_generation(gen_id)
         self.role = "leader"
         if self.takeover is not None:
@@ -287,6 +254,28 @@ class Scheduler:
         finally:
             self._stop()
         return 0
+
+    def _start_engine(self, gen_id: str) -> Engine:
+        """The engine and its supervisor (started), its self-fence on PostgreSQL, the backend's beat
+        and the notification worker."""
+        engine = build_engine(self.ctx, self._owner(gen_id),
+                              EngineOptions(lease=self.options.lease, max_parallel=self.options.max_parallel,
+                                            # --once fires what is due now, never a slot still ahead
+                                            prespawn_lead=0.0 if self.options.once else PRESPAWN_LEAD),
+                              wake=self.wake, subreaper=True, make_supervisor=self._supervisor_factory,
+                              due=self.cluster.due if self.cluster else self._first_due)
+        self.supervisor = engine.supervisor
+        self.supervisor.start()
+        if self.cluster is not None:
+            from cronctl.loop.cluster_beat import ClusterBeat
+            from cronctl.loop.cluster_life import start_self_fence
+
+            engine.fence = start_self_fence(engine, self.options.lease, self.ctx.clock.monotonic)
+            self.beat = ClusterBeat(self.ctx, self.cluster, self.forgetter)
+        else:
+            self.beat = JsonBeat(self.ctx, engine.due, self.options.heal_every)
+        self.notify_worker = start_notifications(self.ctx, engine, f"{os.getpid()}:{gen_id}")
+        return engine
 
     def _join_cluster(self) -> ClusterMember | None:
         """On PostgreSQL: this loop's row among the others (loop/cluster.py); None on the JSON store."""
@@ -354,7 +343,7 @@ class Scheduler:
         self._write_heartbeat(stopped_cleanly=True)
         self.ctx.audit.append(AuditEvent.SCHEDULER_STOPPED, pid=os.getpid(),
                               generation=gen.id if gen else None, runs_stopped=stopped, reason="signal")
-        self._say(stopped_words(stopped, self.engine.handed_back))
+        self._say(stopped_words(stopped, self.engine.held.handed_back))
 
     def _stop_in_cluster(self) -> None:
         """On PostgreSQL: runs end within their kill_grace even while the store does not answer
@@ -500,6 +489,7 @@ class Scheduler:
             self.wake.set()
 
     def _tick(self) -> float:
+        """One tick, the same on every store; what differs is the backend's beat (loop/beat.py)."""
         assert self.engine is not None
         self.idle_beats.end()
         self.ticks += 1
@@ -507,21 +497,32 @@ class Scheduler:
         if self.options.once and self.ticks > 1:
             # --once fires what was due at its first tick; after that it only tends those runs
             # (a slot that comes due while they run is the next loop's).
-            self.engine.record_results()
-            self.engine.renew_if_due()
-            return 1.0
-        if self.cluster is not None:
-            hint = self._cluster_tick(self.cluster)
-            self.forgetter.maybe_forget(self.cluster)  # silent loops, once all their runs are reclaimed
-            return hint
-        assert isinstance(self.engine.due, DueIndex)
+            return self.engine.tend()
+        beat = self._beat()
+        wait = beat.begin()
+        if wait is not None:
+            return wait  # the store is out of reach: nothing is claimed or written
         with self.engine.due.steady():  # one look at the store for the whole tick
-            if self.ctx.clock.monotonic() - self._last_heal >= self.options.heal_every:
+            if beat.heal_due(self.ctx.clock.monotonic() - self._last_heal):
                 self._heal()
-            control.serve(self.ctx.paths, self.engine)
-            report = self.engine.tick()
-            if report.sleep_hint < 1.0 or not self._may_idle():
-                return report.sleep_hint
+                beat.healed()
+            beat.serve(self.engine)
+            control.serve(self.ctx.paths, self.engine)  # requests of this host's commands
+            hint = self.engine.tick().sleep_hint
+        beat.end()
+        return self._rest(hint)
+
+    def _beat(self) -> TickBeat:
+        if self.beat is None:  # a loop built by hand (tests); _start_engine builds it otherwise
+            assert self.engine is not None and self.cluster is None
+            self.beat = JsonBeat(self.ctx, self.engine.due, self.options.heal_every)
+        return self.beat
+
+    def _rest(self, hint: float) -> float:
+        """How long the tick thread waits: the engine's hint, or an idle spell (IDLE_BEAT)."""
+        if hint < 1.0 or not self._may_idle():
+            return hint
+        assert self.engine is not None
         wait = self.engine.sleep_hint(IDLE_BEAT)
         self.idle_beats.begin(self.engine.due.signature, self.ctx.clock.monotonic(), wait, IDLE_BEAT)
         # From now on a write wakes the thread (_store_changed); one that came before, since
@@ -533,12 +534,12 @@ class Scheduler:
         nothing but the store's own changes and the clock can give it work, and those
         changes wake it (a store watch that runs)."""
         engine, options = self.engine, self.options
-        assert engine is not None and isinstance(engine.due, DueIndex)
+        assert engine is not None
         if options.once or options.file is not None or options.http is not None or options.metrics_file is not None:
             return False
         if self.service.watch_period is not None or options.stall_after <= 2 * IDLE_BEAT:
             return False
-        if engine.active or engine.held or engine.due.watching:
+        if engine.active or engine.held or engine.due.watching:  # on PostgreSQL it always is
             return False
         if self.notify_worker is not None and self.notify_worker.busy():
             return False
@@ -552,30 +553,12 @@ class Scheduler:
             return False
         return self._store_watch.alive
 
-    def _cluster_tick(self, cluster: ClusterMember) -> float:
-        """On PostgreSQL: one beat, then heal and serve only when it says so, then the engine's tick.
-
-        While the database is out of reach nothing is claimed or written: results wait in
-        the engine's queue, and runs whose lease would run out are ended by the fence thread.
-        """
-        assert self.engine is not None
-        if not cluster.beat():
-            return 0.5  # runs whose lease cannot be renewed are ended by the fence thread (loop/fence.py)
-        if cluster.needs_healing:
-            self._heal()
-            cluster.healed()
-        cluster.serve_requests(self.engine)
-        control.serve(self.ctx.paths, self.engine)  # requests of this host's commands, as on the JSON store
-        return self.engine.tick().sleep_hint
-
     def _watch_clock(self, engine: Engine) -> None:
-        """A wall-clock step: audited and shown; on the JSON store a backward one moves the
-        `every` slots with it (on PostgreSQL the database's clock judges what is due)."""
+        """A wall-clock step: audited and shown, and followed as the backend's beat says."""
         step = self.clock_watch.check()
         if step is None:
             return
-        moved = follow_backward_step(self.ctx, engine, step) if self.cluster is None and step.step_s < 0 else []
-        record_step(self.ctx, step, moved)
+        record_step(self.ctx, step, self._beat().clock_stepped(engine, step))
         self.heartbeat.clock_jump = step.to_dict()
 
     def _once_done(self) -> bool:
@@ -593,55 +576,16 @@ class Scheduler:
 
     def _heal(self) -> HealReport:
         assert self.engine is not None
-        clock = self.ctx.clock
-        self._last_heal = clock.monotonic()
-        if self.cluster is not None:
-            self.cluster.end_stuck_sessions()  # rows held by a session whose client is gone (SPEC §9)
-            if self.cluster.store.take_over_held():  # slots held by a silent loop fire here (SPEC §9)
-                self.engine.due.invalidate()
-            doc = self.cluster.store.suspects()
-            report = heal_pass(self.ctx, self.cluster.db_now(), self.cluster.liveness(), self._local_killer(doc),
-                               supervised=self.engine.active.keys(), doc=doc)
-        else:
-            view = self._heal_view()
-            if not view["jobs"]:
-                return HealReport()  # no claim and no failed run: nothing can need healing
-            live = Liveness(owner_alive=owner_alive, lease_expired=lease_checker(clock.monotonic),
-                            monotonic=clock.monotonic)
-            report = heal_pass(self.ctx, clock.now(), live, kill_run_processes,
-                               supervised=self.engine.active.keys(), doc=view)
-        for _job, run_id in report.deadline_terminated:
-            self.engine.active.pop(run_id, None)
+        self._last_heal = self.ctx.clock.monotonic()
+        given = self._beat().heal_inputs()
+        if not given.found:
+            return HealReport()  # no claim and no failed run: nothing can need healing
+        report = heal_pass(self.ctx, given.now, given.live, given.kill, supervised=self.engine.active.keys(),
+                           found=given.found)
+        self.engine.ended_elsewhere([run_id for _job, run_id in report.deadline_terminated])
         if report.anything:
             self.wake.set()
         return report
-
-    def _local_killer(self, doc: dict[str, Any]) -> Killer:
-        """Kill the processes of a run only on its own host: another host's pid means nothing here
-        (that host's loop self-fences its runs before their leases can run out)."""
-        assert self.cluster is not None
-        here = self.cluster.me.host_id
-        foreign = {run_id for entry in doc["jobs"].values()
-                   for run_id, claim in (entry["state"].get("claims") or {}).items()
-                   if (claim.get("owner") or {}).get("host", here) != here}
-
-        def kill(run_id: str, child: dict[str, Any] | None, grace: float) -> int:
-            return 0 if run_id in foreign else kill_run_processes(run_id, child, grace)
-
-        return kill
-
-    def _heal_view(self) -> dict[str, Any]:
-        """The engine's cached document cut down to the jobs heal_pass looks at.
-
-        Rebuilt only when the store file changed: an idle tick then costs one stat and
-        a look at the few suspect jobs, however many jobs there are.
-        """
-        assert self.engine is not None
-        doc = self.engine.doc
-        if doc is not self._heal_source:
-            self._heal_source = doc
-            self._heal_doc = {**doc, "jobs": dict(suspects(doc))}
-        return self._heal_doc
 
     # --- what the loop tells: heartbeat, service manager, HTTP ----------------------------------
 
@@ -650,7 +594,7 @@ class Scheduler:
         only when what it says changed or it is due (see loop/heartbeat.py)."""
         gen = self.generation
         said: dict[str, Any] = {"generation": gen.id if gen else None, "ticks": self.ticks,
-                                "active_runs": len(self.engine.active) if self.engine else 0}
+                                "active_runs": self._active_runs()}
         if tick:
             problem = self.heartbeat.beat(**said)
         else:
@@ -668,7 +612,7 @@ class Scheduler:
     def service_status(self) -> str:
         """The one STATUS= line: jobs, running, and when the last tick completed."""
         jobs = self.engine.due.job_count if self.engine else 0
-        running = len(self.engine.active) if self.engine else 0
+        running = self._active_runs()
         clock, gen = self.ctx.clock, self.generation
         ago = clock.monotonic() - gen.last_beat if gen is not None else 0.0
         last_tick = to_iso(clock.now() - timedelta(seconds=max(0.0, ago)))
@@ -709,41 +653,13 @@ class Scheduler:
 
     def _apply_file(self, initial: bool) -> None:
         assert self.options.file is not None
-        try:
-            st = os.stat(self.options.file)
-            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            sig = None
-        if not initial and sig == self._file_sig and not self._retry_prune():
-            return
-        self._file_sig = sig
-        if self.hooks.apply_file is None:
-            return
-        self._prune_tried_at = self.ctx.clock.monotonic()
-        self._prune_tried_active = len(self.engine.active) if self.engine else 0
-        try:
-            applied = self.hooks.apply_file(self.ctx, str(self.options.file))
-        except CronctlError as exc:
-            if initial:
-                raise
-            print(f"cronctl: {self.options.file} changed but was not applied (the jobs stay as they were):\n"
-                  f"{exc}", file=sys.stderr)
-            return
-        if applied.changed or initial:
-            self._say(f"cronctl: applied {self.options.file}: {applied.summary}")
-            self.wake.set()
-        if applied.prune_waiting and applied.prune_waiting != self._prune_waiting:  # said once per change
-            self._say(f"cronctl: {self.options.file} no longer defines {', '.join(applied.prune_waiting)}, "
-                      "still running: removed when the run ends")
-        self._prune_waiting = applied.prune_waiting
+        if self._watched_file is None:
+            self._watched_file = WatchedFile(self.ctx, self.options.file, self.hooks.apply_file, self._say,
+                                             self.wake.set, self._active_runs)
+        self._watched_file.apply(initial)
 
-    def _retry_prune(self) -> bool:
-        """Apply an unchanged file again while a dropped job waits for its run to end."""
-        if not self._prune_waiting:
-            return False
-        active = len(self.engine.active) if self.engine else 0  # len(): safe beside the tick thread
-        waited = self.ctx.clock.monotonic() - self._prune_tried_at
-        return active != self._prune_tried_active or waited >= PRUNE_RETRY_EVERY
+    def _active_runs(self) -> int:
+        return len(self.engine.active) if self.engine else 0
 
     def _say(self, message: str) -> None:
         if not self.options.quiet:

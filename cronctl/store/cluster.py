@@ -106,6 +106,3 @@ class Cluster(Protocol):
 
     def take_over_held(self) -> list[str]:
         """The healer: claims held ahead by loops gone silent, their slots due again here; their run ids."""
-
-    def suspects(self) -> dict[str, Any]:
-        """The healer: the jobs with a live run or a failed last run, as a document."""

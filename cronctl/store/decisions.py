@@ -17,7 +17,7 @@ from cronctl.jobs.state import JobView
 from cronctl.models import AuditEvent, Fault, RunStatus
 from cronctl.schedule.slots import first_slot
 from cronctl.store import claims as claims_mod
-from cronctl.store.claims import Event, Finished, Outcome, Owner
+from cronctl.store.claims import Dispatched, Event, Finished, Outcome, Owner
 from cronctl.store.lease_types import HeldGate, Refused, RunEnd
 from cronctl.store.schema import bump_counter, find_claim
 from cronctl.timefmt import from_iso, to_iso
@@ -144,6 +144,18 @@ def end_unsupervised(doc: dict[str, Any], job: str, run_id: str, outcome: Outcom
     if done.events:
         done.events[0].details["processes_killed"] = processes_killed
     return done, done.events
+
+
+def started_rows(doc: dict[str, Any], runs: list[Dispatched]) -> list[Event]:
+    """The run.started row of each run just marked dispatched (its gate opens with the commit),
+    as its run.finished row is written by its end: in the unit of work that decided it."""
+    rows = []
+    for run in runs:
+        claim = find_claim(doc, run.job, run.run_id)
+        assert claim is not None  # mark_dispatched kept it: this owner's claim, in this unit
+        rows.append(Event(AuditEvent.RUN_STARTED, {"job": run.job, "run_id": run.run_id, "slot": claim["slot"],
+                                                   "pid": run.pid, "attempt": claim["attempt"]}))
+    return rows
 
 
 def adopt_claims(doc: dict[str, Any], old: Owner, new: Owner, runs: dict[str, str]) -> int:

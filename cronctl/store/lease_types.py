@@ -77,6 +77,12 @@ class RunClaim:
     kill_grace: float | None
     lease_until: str | None
     owner_host: str | None = None  # PostgreSQL: the host the owner runs on (its pid means nothing elsewhere)
+    # What the healer judges a claim by: the boot and monotonic instants its lease and
+    # start were taken in (one host's clock), and the timeout its deadline follows from.
+    boot_id: str | None = None
+    lease_until_mono: float | None = None
+    started_mono: float | None = None
+    timeout: float | None = None
 
     @property
     def owner_dict(self) -> dict[str, Any]:
@@ -84,6 +90,11 @@ class RunClaim:
         if self.owner is None:
             return {}
         return {**self.owner.to_dict(), **({"host": self.owner_host} if self.owner_host else {})}
+
+    @property
+    def lease_fields(self) -> dict[str, Any]:
+        """The lease as the liveness checks take it (proc/liveness.py, loop/cluster.py)."""
+        return {"boot_id": self.boot_id, "lease_until_mono": self.lease_until_mono, "lease_until": self.lease_until}
 
 
 def run_claim(job: str, claim: dict[str, Any]) -> RunClaim:
@@ -95,4 +106,6 @@ def run_claim(job: str, claim: dict[str, Any]) -> RunClaim:
         dispatched=bool(claim.get("dispatched")), child=claim.get("child"),
         kill_grace=claim.get("kill_grace"), lease_until=claim.get("lease_until"),
         owner_host=owner.get("host") if isinstance(owner, dict) else None,
+        boot_id=claim.get("boot_id"), lease_until_mono=claim.get("lease_until_mono"),
+        started_mono=claim.get("started_mono"), timeout=claim.get("timeout"),
     )

@@ -12,7 +12,8 @@
 - hand-backs of runs that never began: `unhold`, `release_refused`;
 - recovery without an owner: `reclaim`, `end_past_deadline`, `end_unsupervised`, `rearm`;
 - `adopt` moves claims to a new generation of the same process;
-- read views: `has_job`, `jobs`, `job`, `counters`, `claims_of`, `find_run`, `history`;
+- read views: `has_job`, `jobs`, `job`, `counters`, `claims_of`, `find_run`, `history`, and
+  `suspects` (the jobs the healer looks at, store/suspects.py);
 - chains (SPEC §10): every finish also records its chain (triggers, skips, the chain's
   end) in the same write, `claim_due` also claims the ready nodes, `force_chain` starts one.
 
@@ -44,10 +45,11 @@ from cronctl.store.jsonstore import Store
 from cronctl.store.lease_types import HeldGate, Refused, RunClaim, RunEnd, Unhold, run_claim
 from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.schema import bump_counter
+from cronctl.store.suspects import Suspect, suspects_in
 from cronctl.store.unit import CHAINS_NOT_STORED, Units
 
-__all__ = ["HeldGate", "JsonLeaseStore", "LeaseStore", "Refused", "RunClaim", "RunEnd", "UnitLeaseStore", "Unhold",
-           "run_claim"]
+__all__ = ["HeldGate", "JsonLeaseStore", "LeaseStore", "Refused", "RunClaim", "RunEnd", "Suspect", "UnitLeaseStore",
+           "Unhold", "run_claim"]
 
 
 class LeaseStore(Protocol):
@@ -103,6 +105,8 @@ class LeaseStore(Protocol):
     def find_run(self, job: str, run_id: str) -> RunClaim | None: ...
 
     def history(self, job: str | None, count: int | None = None) -> list[dict[str, Any]]: ...
+
+    def suspects(self, doc: dict[str, Any] | None = None) -> list[Suspect]: ...
 
     def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
 
@@ -176,10 +180,13 @@ class UnitLeaseStore:
     # --- the gate --------------------------------------------------------------------------
 
     def mark_dispatched(self, owner: Owner, runs: list[Dispatched], now: datetime) -> list[Dispatched]:
+        """Persist the gated children of claims this owner still holds, with their run.started
+        rows; returns those kept (the others' gates must not open)."""
         with self.units.named([run.job for run in runs], meta=True) as unit:
             at = unit.judge(now)
             kept = claims_mod.mark_dispatched(unit.doc, owner, runs, at)
             unit.gate_opened(kept, at)
+            unit.emit(decisions.started_rows(unit.doc, kept))
             return kept
 
     def release_held(self, owner: Owner, gates: list[HeldGate], lateness: list[float]) -> list[str]:
@@ -345,6 +352,11 @@ class UnitLeaseStore:
     def history(self, job: str | None, count: int | None = None) -> list[dict[str, Any]]:
         """Ended runs' records, job by job, each oldest first; the last `count` of them."""
         return self.units.history(job, count)
+
+    def suspects(self, doc: dict[str, Any] | None = None) -> list[Suspect]:
+        """The jobs the healer looks at (a claim, or a failed last run), their claims typed.
+        `doc`: a recent read holding them (the loop's cached one), where the backend reads a document."""
+        return suspects_in(self.units.suspect_entries(doc))
 
     # --- chains (SPEC §10) -------------------------------------------------------------------------
 

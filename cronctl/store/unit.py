@@ -132,6 +132,11 @@ class Units(Protocol):
 
     def history(self, job: str | None, count: int | None) -> list[dict[str, Any]]: ...
 
+    def suspect_entries(self, doc: dict[str, Any] | None) -> dict[str, Any]:
+        """Entries by name of at least every job with a claim or a failed last run (store/suspects.py);
+        `doc`: a recent read holding them, for the cheap look (a backend may ask its own index instead)."""
+        ...
+
     def notify_view(self, now: datetime) -> tuple[dict[str, Any], datetime]:
         """A document holding at least the jobs with notifications owed, and the instant to judge them at."""
         ...

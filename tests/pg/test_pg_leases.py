@@ -83,7 +83,8 @@ def test_a_run_is_one_row_from_claim_to_record(conn: Connection) -> None:
     with conn.transaction():
         events = conn.execute("SELECT event, host_id FROM cronctl_audit WHERE run_id = %s ORDER BY id",
                               (new.run_id,)).fetchall()
-    assert events == [("run.claimed", "host-a"), ("run.finished", "host-a")]  # the JSON store's rows, + the host
+    # The JSON store's rows, + the host; run.started written with the mark, as run.finished with the end.
+    assert events == [("run.claimed", "host-a"), ("run.started", "host-a"), ("run.finished", "host-a")]
 
 
 def test_two_loops_claiming_at_once_claim_each_slot_once(connections: Callable[[], Connection]) -> None:

@@ -182,7 +182,8 @@ def test_gate_reclaim_the_gate_first_restarts_the_lease_and_the_reclaim_does_not
     assert run.dispatched and run.lease_until is not None
     assert from_iso(run.lease_until) == gate_at + timedelta(seconds=60)
     assert race.runs() == [(new.run_id, "host-a", "running", None)]
-    assert race.audit() == [("run.claimed", new.run_id, "host-a", None)]
+    assert race.audit() == [("run.claimed", new.run_id, "host-a", None),
+                            ("run.started", new.run_id, "host-a", None)]
 
 
 def test_gate_reclaim_the_reclaim_first_keeps_the_child_from_ever_starting(race: Race) -> None:
@@ -213,7 +214,8 @@ def test_renew_reclaim_the_renewal_first_keeps_the_run(race: Race) -> None:
     assert reclaim.result(timeout=30) is False
     assert race.a.renew(OWNER_A, {new.run_id: "job"}, lease(JUDGED)) == []  # still A's
     assert race.runs() == [(new.run_id, "host-a", "running", None)]
-    assert race.audit() == [("run.claimed", new.run_id, "host-a", None)]
+    assert race.audit() == [("run.claimed", new.run_id, "host-a", None),
+                            ("run.started", new.run_id, "host-a", None)]
 
 
 def test_renew_reclaim_the_reclaim_first_and_the_owner_learns_its_run_is_lost(race: Race) -> None:
@@ -226,6 +228,7 @@ def test_renew_reclaim_the_reclaim_first_and_the_owner_learns_its_run_is_lost(ra
     assert renewal.result(timeout=30) == [new.run_id]  # lost: A kills its child
     assert race.runs() == [(new.run_id, "host-a", "lost", "executor_lost_mid_run")]
     assert race.audit() == [("run.claimed", new.run_id, "host-a", None),
+                            ("run.started", new.run_id, "host-a", None),
                             ("claim.reclaimed", new.run_id, "host-b", "lease_expired"),
                             ("run.finished", new.run_id, "host-b", "executor_lost_mid_run")]
 
@@ -244,6 +247,7 @@ def test_finish_reclaim_the_finish_first_stands(race: Race) -> None:
     assert not done.fenced and reclaim.result(timeout=30) is False  # the claim is gone: nothing to reclaim
     assert race.runs() == [(new.run_id, "host-a", "success", None)]
     assert race.audit() == [("run.claimed", new.run_id, "host-a", None),
+                            ("run.started", new.run_id, "host-a", None),
                             ("run.finished", new.run_id, "host-a", None)]
     [record] = race.b.history("job")
     assert (record["status"], record["host"]) == ("success", "host-a")
@@ -261,6 +265,7 @@ def test_finish_reclaim_the_reclaim_first_fences_the_late_finish(race: Race) -> 
     assert late.fenced and late.record is None
     assert race.runs() == [(new.run_id, "host-a", "lost", "executor_lost_mid_run")]  # the record stays the reclaim's
     assert race.audit() == [("run.claimed", new.run_id, "host-a", None),
+                            ("run.started", new.run_id, "host-a", None),
                             ("claim.reclaimed", new.run_id, "host-b", "lease_expired"),
                             ("run.finished", new.run_id, "host-b", "executor_lost_mid_run"),
                             ("run.fenced", new.run_id, "host-a", "claim_gone")]
@@ -290,6 +295,7 @@ def test_replace_the_old_run_finishing_first_leaves_nothing_to_replace(race: Rac
     assert not done.fenced and new.replaces == []
     assert race.runs() == [(old.run_id, "host-a", "success", None), (new.run_id, "host-b", "claimed", None)]
     assert race.audit() == [("run.claimed", old.run_id, "host-a", None),
+                            ("run.started", old.run_id, "host-a", None),
                             ("run.finished", old.run_id, "host-a", None),
                             ("run.claimed", new.run_id, "host-b", None)]
 
@@ -307,6 +313,7 @@ def test_replace_the_replacement_first_names_the_old_run_and_its_finish_waits_th
     assert new.replaces == [old.run_id] and not done.fenced
     assert race.runs() == [(old.run_id, "host-a", "success", None), (new.run_id, "host-b", "claimed", None)]
     assert race.audit() == [("run.claimed", old.run_id, "host-a", None),
+                            ("run.started", old.run_id, "host-a", None),
                             ("run.claimed", new.run_id, "host-b", None),
                             ("run.finished", old.run_id, "host-a", None)]
     [again] = race.a.finish_many(OWNER_A, [RunEnd(old.run_id, SUCCESS, "job")], NEXT)

@@ -167,6 +167,3 @@ class PgCluster:
 
     def take_over_held(self) -> list[str]:
         return self._leases().take_over_held()
-
-    def suspects(self) -> dict[str, Any]:
-        return self._leases().suspects()

@@ -4,7 +4,7 @@ Every `LeaseStore` method is `UnitLeaseStore`'s, over `PgUnits` (store/pg/unit.p
 short transaction locking the named job rows, judged by the database clock). What is
 here belongs to PostgreSQL alone: the connection the cluster code shares (`conn`,
 `lock`), the round-trip deadline, the database clock, the takeover of claims held ahead
-by a silent loop, and the healer's read of the suspect jobs.
+by a silent loop, and the health pass's read of the jobs it watches.
 """
 
 from __future__ import annotations
@@ -16,20 +16,14 @@ from typing import Any
 
 from cronctl.clock import Clock, SystemClock
 from cronctl.jobs.state import JobView
-from cronctl.models import FAILED_STATUSES
 from cronctl.paths import Paths
 from cronctl.store.leases import UnitLeaseStore
 from cronctl.store.pg.connect import Connection
-from cronctl.store.pg.document import load_jobs
-from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.pg.stale import may_be_stale
 from cronctl.store.pg.takeover import held_by_silent_loops, take_over
 from cronctl.store.pg.unit import JudgeBy, PgUnits
 
 __all__ = ["JudgeBy", "PgLeaseStore"]
-
-# A job the health pass may find late: unpaused, with targets, its next instant passed.
-_MAY_BE_LATE = "NOT paused AND wake_at IS NOT NULL AND wake_at <= %(late_by)s AND spec ? 'notify'"
 
 
 class PgLeaseStore(UnitLeaseStore):
@@ -71,20 +65,11 @@ class PgLeaseStore(UnitLeaseStore):
                     taken.append(run_id)
         return taken
 
-    def suspects(self, late_by: datetime | None = None) -> dict[str, Any]:
-        """The jobs the healer looks at (a live run, or a failed last run), as a document.
-
-        `late_by` (the health pass, SPEC §12): also the unpaused jobs with notify targets whose
-        next instant (`wake_at`, on its index) is at or before it: those that may be late.
-        """
-        with self.units.read():
-            jobs = load_jobs(self.conn, "name IN (SELECT job FROM cronctl_runs WHERE state = ANY(%(live)s))"
-                             " OR state ->> 'last_status' = ANY(%(failed)s)",
-                             {"live": list(LIVE_STATES), "failed": sorted(str(s.value) for s in FAILED_STATUSES)},
-                             lock=None)
-            if late_by is not None:
-                jobs.update(load_jobs(self.conn, _MAY_BE_LATE, {"late_by": late_by}, lock=None))
-        return {"jobs": jobs}
+    def watched(self, late_by: datetime) -> dict[str, Any]:
+        """The jobs the loop's health pass looks at (SPEC §12), as a document: the healer's
+        (`suspects`) and the unpaused jobs with notify targets whose next instant is at or
+        before `late_by` (those that may be late)."""
+        return {"jobs": self.units.suspect_entries(None, late_by)}
 
     def may_be_stale(self, now: datetime) -> tuple[list[JobView], bool | None]:
         """The jobs that may be stale at `now`, by name, found by index (store/pg/stale.py), and

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from cronctl.clock import Clock
+from cronctl.models import FAILED_STATUSES
 from cronctl.paths import Paths
 from cronctl.store import history
 from cronctl.store.audit import tell_listeners
@@ -39,6 +40,7 @@ from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction, PlanChains, doc_transaction, load_jobs
 from cronctl.store.pg.fired import drop_fired
+from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.pg.takeover import without_held
 
 JudgeBy = Literal["database", "caller"]
@@ -51,6 +53,11 @@ _BY_NAMES = "name = ANY(%(names)s)"
 # at a million jobs.)
 _DUE = "NOT paused AND wake_at <= coalesce(%(now)s::timestamptz, statement_timestamp())"
 _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
+# The healer's jobs (store/suspects.py): a live run, or a failed last run.
+_SUSPECT = ("name IN (SELECT job FROM cronctl_runs WHERE state = ANY(%(live)s))"
+            " OR state ->> 'last_status' = ANY(%(failed)s)")
+# A job the health pass may find late: unpaused, with targets, its next instant passed.
+_MAY_BE_LATE = "NOT paused AND wake_at IS NOT NULL AND wake_at <= %(late_by)s AND spec ? 'notify'"
 
 # SPEC §9: at least 64 KiB of each run's output is kept with the run, for hosts without its log.
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -255,6 +262,17 @@ class PgUnits:
             if isinstance(claim.get("owner"), dict):
                 claim["owner"]["host"] = host  # whose pid it is (as load_jobs marks it)
         return [row[0] for row in rows]
+
+    def suspect_entries(self, doc: dict[str, Any] | None, late_by: datetime | None = None) -> dict[str, Any]:
+        """The healer's jobs, asked of the database (`doc` is not needed). `late_by` (the health
+        pass, SPEC §12): also the unpaused jobs with notify targets whose next instant (`wake_at`,
+        on its index) is at or before it: those that may be late."""
+        with self.read():
+            jobs = load_jobs(self.conn, _SUSPECT, {"live": list(LIVE_STATES),
+                                                   "failed": sorted(str(s.value) for s in FAILED_STATUSES)}, lock=None)
+            if late_by is not None:
+                jobs.update(load_jobs(self.conn, _MAY_BE_LATE, {"late_by": late_by}, lock=None))
+        return jobs
 
     def history(self, job: str | None, count: int | None) -> list[dict[str, Any]]:
         """Ended runs' records with the host that ran them, the last `count` of them.
