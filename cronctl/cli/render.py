@@ -25,12 +25,23 @@ def _console(stderr: bool = False):  # type: ignore[no-untyped-def]
                    markup=False, emoji=False, width=None if sys.stdout.isatty() else 200)
 
 
-def print_json(data: Any) -> None:
+def print_json(data: Any, *, from_store: bool = False) -> None:
     """Indented for a person at a terminal; one line when piped. Keys are sorted either way.
 
     Only the compact form goes through the stdlib's C encoder (json.dumps with an indent is
     pure Python: 3x slower at 1,000 jobs), so the indented form is that text re-indented by
-    msgspec, which copies every token as it is: the same bytes as json.dumps(indent=2)."""
+    msgspec, which copies every token as it is: the same bytes as json.dumps(indent=2).
+
+    from_store: the caller promises `data` holds only values the JSON store's parser
+    returned and cronctl's own str, int, bool and None (cli/jsonout.py): then msgspec
+    writes it, the same bytes, when the parser says it can."""
+    if from_store:
+        from cronctl.cli.jsonout import store_json, write_line
+
+        fast = store_json(data, indent=2 if sys.stdout.isatty() else 0)
+        if fast is not None:
+            write_line(fast)
+            return
     text = json.dumps(data, sort_keys=True, default=str, ensure_ascii=False)
     if sys.stdout.isatty():
         text = _indented(text, data)

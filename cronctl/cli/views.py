@@ -135,7 +135,9 @@ def edited(view: JobView, changed: list[str], ctx: Context, json_out: bool) -> N
 def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
     now, lease_ok = ctx.clock.now(), lease_checker()
     if json_out:
-        render.print_json({"jobs": [job_json(view, ctx, now, lease_ok) for view in job_views]})
+        # Every value is the store's or cronctl's own text, numbers and flags (job_json).
+        render.print_json({"jobs": [job_json(view, ctx, now, lease_ok) for view in job_views]},
+                          from_store=not ctx.on_postgres)
         return
     render.jobs_table((job_row(view, now, owner_alive, lease_ok) for view in job_views), now)
 
