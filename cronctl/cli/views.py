@@ -16,7 +16,7 @@ from cronctl.jobs.health import LeaseExpired, OwnerAlive, job_health
 from cronctl.jobs.notifyfields import mask_entry
 from cronctl.jobs.state import JobView, entry_from
 from cronctl.jobs.words import describe
-from cronctl.models import command_text
+from cronctl.models import command_text, is_stored_form
 from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.schedule.slots import fire_at
 from cronctl.timefmt import from_iso, to_iso
@@ -38,6 +38,20 @@ def job_json(view: JobView, ctx: Context, now: datetime | None = None,
     data["next_fire_at"] = to_iso(next_fire)
     data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
     return mask_entry(data)  # notification URLs carry tokens (SPEC §12)
+
+
+def listed_json(view: JobView, ctx: Context, now: datetime, lease_ok: LeaseExpired) -> dict[str, Any]:
+    """job_json's document of one job of `list --json`, whose output sorts every key: the
+    stored entry as it is when the one the view was read from is already what the spec
+    would write back (models.is_stored_form), rather than rebuilt from the spec."""
+    entry = view.entry
+    if entry is None or not is_stored_form(entry):
+        return job_json(view, ctx, now, lease_ok)
+    health = job_health(view, now, owner_alive, lease_ok)
+    data = dict(entry)
+    data["next_fire_at"] = to_iso(_next_fire(view))
+    data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
+    return mask_entry(data)
 
 
 def _next_fire(view: JobView) -> datetime | None:
@@ -136,7 +150,7 @@ def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
     now, lease_ok = ctx.clock.now(), lease_checker()
     if json_out:
         # Every value is the store's or cronctl's own text, numbers and flags (job_json).
-        render.print_json({"jobs": [job_json(view, ctx, now, lease_ok) for view in job_views]},
+        render.print_json({"jobs": [listed_json(view, ctx, now, lease_ok) for view in job_views]},
                           from_store=not ctx.on_postgres)
         return
     render.jobs_table((job_row(view, now, owner_alive, lease_ok) for view in job_views), now)
