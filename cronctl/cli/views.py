@@ -181,9 +181,10 @@ def next_fires(results: list[NextFires], json_out: bool) -> None:
 def _local_and_utc(result: NextFires) -> list[tuple[datetime, datetime]]:
     spec = result.view.spec
     fires = [fire_at(spec, slot) for slot in result.instants] if spec.jitter > 0 else result.instants
-    zone = ZoneInfo(spec.timezone)
     if spec.timezone == "UTC":  # a slot in UTC already reads the same in the zone UTC: not converted
-        return [(fire if fire.tzinfo is timezone.utc else fire.astimezone(zone), fire) for fire in fires]
+        utc = timezone.utc
+        return [(fire if fire.tzinfo is utc else fire.astimezone(ZoneInfo("UTC")), fire) for fire in fires]
+    zone = ZoneInfo(spec.timezone)
     return [(fire.astimezone(zone), fire) for fire in fires]
 
 

@@ -176,9 +176,10 @@ def _run_where(run_id: str, claim: Any) -> str:
 def persisted_error_wedge(view: JobView, now: datetime) -> bool:
     """A recurring job that failed, then was pushed into the future and never revisited."""
     state = view.state
-    if view.spec.at is not None or view.claims or view.paused or state.get("completed"):
-        return False
+    # The last status first: every reader asks this of every job, and most last ran well.
     if state.get("last_status") not in FAILED_STATUSES or state.get("retry"):
+        return False
+    if view.spec.at is not None or view.claims or view.paused or state.get("completed"):
         return False
     if state.get("rearmed_for") is not None and state.get("rearmed_for") == state.get("last_run_at"):
         return False  # already re-armed once for this failure
