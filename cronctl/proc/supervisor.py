@@ -82,6 +82,7 @@ class Supervisor:
         (a wake-up per child hands the GIL to the supervisor thread between two spawns:
         about a third of a millisecond each, 20 children on one chain hop)."""
         self._check_accepting(req.run_id)
+        self._shared.wake_if_owed()
         env, argv = preflight(req)
         log_fd = open_run_log(req)
         with self._shared.reap_lock:
@@ -106,6 +107,7 @@ class Supervisor:
         with the store, so a long store write cannot make a slot late. A gate
         cancelled meanwhile stays closed.
         """
+        self._shared.wake_if_owed()
         ids = tuple(run_ids)
         if delay <= 0:
             self.open_gates(ids)
@@ -114,6 +116,7 @@ class Supervisor:
 
     def gate_opened_at(self, run_ids: Iterable[str]) -> dict[str, float | None]:
         """For each known run: when its gate opened (monotonic), None while it has not."""
+        self._shared.wake_if_owed()  # asked on every tick while a run is held
         with self._shared.lock:
             runs = self._shared.runs
             return {run_id: (run.gate.opened_mono if run.gate.state == "open" else None)
@@ -149,6 +152,7 @@ class Supervisor:
 
     def running(self) -> list[str]:
         """Run ids not yet finished, gated ones included."""
+        self._shared.wake_if_owed()
         with self._shared.lock:
             return list(self._shared.runs)
 
