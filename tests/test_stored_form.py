@@ -91,12 +91,20 @@ def test_list_json_shows_what_the_rebuild_showed(cli, home, monkeypatch: pytest.
     assert cli("add", "alerting", "--cron", "5 4 * * *", "--alert-after", "3",
                "--notify", "https://example.invalid/hook/secret", "--", "true").code == 0
     assert cli("add", "chained", "--after", "plain", "--", "true").code == 0
+    assert cli("add", "jittered", "--every", "1h", "--jitter", "10m", "--", "true").code == 0
+    assert cli("add", "paused", "--every", "1h", "--paused", "--", "true").code == 0
+    for name in ("slot-no-ms", "slot-offset", "slot-z"):
+        assert cli("add", name, "--every", "1h", "--", "true").code == 0
     path = home / "jobs.json"
     doc = json.loads(path.read_text())
     doc["jobs"]["spelled"]["every"] = "60m"
     doc["jobs"]["at-job"]["at"] = "2030-01-01T01:00:00+01:00"
+    doc["jobs"]["slot-no-ms"]["state"]["next_run_at"] = "2030-01-01T00:00:00+00:00"
+    doc["jobs"]["slot-offset"]["state"]["next_run_at"] = "2030-01-01T01:00:00.000+01:00"
+    doc["jobs"]["slot-z"]["state"]["next_run_at"] = "2030-01-01T00:00:00.000Z"
     path.write_text(json.dumps(doc))
     shown = cli("list", "--json")
+    assert '"next_fire_at": "2030-01-01T00:00:00.000+00:00"' in shown.out
     monkeypatch.setattr(views, "is_stored_form", lambda entry: False)
     rebuilt = cli("list", "--json")
     assert shown.code == rebuilt.code == 0

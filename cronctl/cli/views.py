@@ -7,6 +7,7 @@ modules), so `cronctl --help` and the commands that print no job do not load it.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -49,9 +50,18 @@ def listed_json(view: JobView, ctx: Context, now: datetime, lease_ok: LeaseExpir
         return job_json(view, ctx, now, lease_ok)
     health = job_health(view, now, owner_alive, lease_ok)
     data = dict(entry)
-    data["next_fire_at"] = to_iso(_next_fire(view))
+    slot = entry["state"].get("next_run_at")
+    if type(slot) is str and view.spec.jitter <= 0 and not view.paused and _TO_ISO_FORM.fullmatch(slot):
+        data["next_fire_at"] = slot  # to_iso's very text already: a fire at its slot, parsed and written back
+    else:
+        data["next_fire_at"] = to_iso(_next_fire(view))
     data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
     return mask_entry(data)
+
+
+# What to_iso writes; a stored instant in this form (from_entry parsed it) is written back
+# as it is: no other text of this shape parses (hour 24, second 60 and 30 February do not).
+_TO_ISO_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}\+00:00")
 
 
 def _next_fire(view: JobView) -> datetime | None:
