@@ -44,3 +44,26 @@ def test_the_lines_are_the_isoformat_lines(start: datetime, steps: list[int], zo
     got: list[str] = []
     _add_instant_lines(got, pairs)
     assert got == reference(pairs)
+
+
+@settings(max_examples=200)
+@given(st.datetimes(min_value=datetime(9999, 12, 1), max_value=datetime(9999, 12, 31, 23)) | st.datetimes(),
+       st.sampled_from([1.0, 60.0, 3600.0, 86400.0 * 7, 0.5, 1.2345]), st.integers(min_value=1, max_value=8))
+def test_upcoming_slots_of_a_grid_are_slots_from_up_to_the_end_of_the_calendar(start: datetime, every: float,
+                                                                              count: int) -> None:
+    from itertools import islice
+
+    from cronctl.jobs.state import JobView, new_state
+    from cronctl.models import JobSpec
+    from cronctl.ops.definitions import upcoming_slots
+    from cronctl.schedule.slots import slots_from
+
+    first = start.replace(tzinfo=UTC, microsecond=start.microsecond // 1000 * 1000)
+    spec = JobSpec(name="job", command="true", every=every)
+    view = JobView(spec, new_state(first, first))
+    want: list[datetime] = []
+    try:
+        want.extend(islice(slots_from(spec, view.next_run_at or first), count))
+    except OverflowError:
+        pass
+    assert upcoming_slots(view, first, count, use_state=True) == want
