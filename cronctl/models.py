@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from cronctl.durations import format_duration, parse_duration
+from cronctl.errors import DurationError
 from cronctl.timefmt import from_iso, to_iso
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -252,6 +253,49 @@ class JobSpec:
         return spec
 
 
+def is_stored_form(entry: dict[str, Any]) -> bool:
+    """Whether `entry` (a stored job: its fields and "state"), already read by
+    `JobSpec.from_dict`, holds exactly the fields `to_dict` writes back for that spec, with
+    the same values: then a reader can show the stored entry and skip the rebuild
+    (`list --json` at 10,000 jobs: 35 ms of to_dict). Answered only for the common shape
+    (every plain field, no chain, operator or alerting field, whose presence to_dict
+    decides by value): anything else says False, and the caller rebuilds as always.
+
+    Of the plain fields, to_dict changes only the spelling of durations and of `at`
+    (enum values come back as the very text stored, lists as equal lists, everything
+    else as it was stored); so those are compared."""
+    if entry.keys() != _PLAIN_ENTRY_KEYS:
+        return False
+    for name in DURATION_FIELDS:
+        value = entry[name]
+        if value is None:
+            continue
+        if type(value) is not str:
+            return False  # a number (0) read as seconds: to_dict spells it
+        canonical = _CANONICAL_DURATIONS.get(value)
+        if not (canonical if canonical is not None else _canonical_duration(value)):
+            return False
+    at = entry["at"]
+    return at is None or (type(at) is str and to_iso(from_iso(at)) == at)
+
+
+# Stored duration texts already compared with their canonical spelling ("1h": True, "60m": False).
+_CANONICAL_DURATIONS: dict[str, bool] = {}
+
+
+def _canonical_duration(text: str) -> bool:
+    seconds = _STORED_DURATIONS.get(text)
+    if seconds is None:
+        try:
+            seconds = parse_duration(text, field="duration")
+        except (DurationError, ValueError):
+            return False
+    same = _duration_text(seconds) == text
+    if len(_CANONICAL_DURATIONS) < 4096:
+        _CANONICAL_DURATIONS[text] = same
+    return same
+
+
 # A store holds few distinct duration spellings and enum values: each is converted once
 # per process ("1h" -> 3600.0), not once per job and field on every read of 10,000 jobs.
 _STORED_DURATIONS: dict[str, float] = {}
@@ -310,6 +354,9 @@ _SPEC_FACTORIES = tuple((f.name, f.default_factory) for f in fields(JobSpec) if 
 # Every field in field order, with its default (None for the required ones and those with
 # a factory: from_dict always sets both kinds).
 _SPEC_TEMPLATE = {f.name: _SPEC_DEFAULTS.get(f.name) for f in fields(JobSpec)}
+# The keys of a stored job that sets no chain, operator or alerting field (is_stored_form).
+_PLAIN_ENTRY_KEYS = frozenset(_SPEC_FIELD_ORDER) - set(CHAIN_FIELDS) - set(OPERATOR_FIELDS) - set(ALERT_FIELDS) \
+    | {"state"}
 
 
 def command_text(command: str | tuple[str, ...] | None) -> str:

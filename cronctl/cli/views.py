@@ -7,6 +7,7 @@ modules), so `cronctl --help` and the commands that print no job do not load it.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -16,7 +17,7 @@ from cronctl.jobs.health import LeaseExpired, OwnerAlive, job_health
 from cronctl.jobs.notifyfields import mask_entry
 from cronctl.jobs.state import JobView, entry_from
 from cronctl.jobs.words import describe
-from cronctl.models import command_text
+from cronctl.models import command_text, is_stored_form
 from cronctl.proc.liveness import lease_checker, owner_alive
 from cronctl.schedule.slots import fire_at
 from cronctl.timefmt import from_iso, to_iso
@@ -38,6 +39,29 @@ def job_json(view: JobView, ctx: Context, now: datetime | None = None,
     data["next_fire_at"] = to_iso(next_fire)
     data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
     return mask_entry(data)  # notification URLs carry tokens (SPEC §12)
+
+
+def listed_json(view: JobView, ctx: Context, now: datetime, lease_ok: LeaseExpired) -> dict[str, Any]:
+    """job_json's document of one job of `list --json`, whose output sorts every key: the
+    stored entry as it is when the one the view was read from is already what the spec
+    would write back (models.is_stored_form), rather than rebuilt from the spec."""
+    entry = view.entry
+    if entry is None or not is_stored_form(entry):
+        return job_json(view, ctx, now, lease_ok)
+    health = job_health(view, now, owner_alive, lease_ok)
+    data = dict(entry)
+    slot = entry["state"].get("next_run_at")
+    if type(slot) is str and view.spec.jitter <= 0 and not view.paused and _TO_ISO_FORM.fullmatch(slot):
+        data["next_fire_at"] = slot  # to_iso's very text already: a fire at its slot, parsed and written back
+    else:
+        data["next_fire_at"] = to_iso(_next_fire(view))
+    data["health"] = {"state": health.state, "reason": health.reason, "fault": health.fault}
+    return mask_entry(data)
+
+
+# What to_iso writes; a stored instant in this form (from_entry parsed it) is written back
+# as it is: no other text of this shape parses (hour 24, second 60 and 30 February do not).
+_TO_ISO_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}\+00:00")
 
 
 def _next_fire(view: JobView) -> datetime | None:
@@ -135,7 +159,9 @@ def edited(view: JobView, changed: list[str], ctx: Context, json_out: bool) -> N
 def job_list(job_views: list[JobView], ctx: Context, json_out: bool) -> None:
     now, lease_ok = ctx.clock.now(), lease_checker()
     if json_out:
-        render.print_json({"jobs": [job_json(view, ctx, now, lease_ok) for view in job_views]})
+        # Every value is the store's or cronctl's own text, numbers and flags (job_json).
+        render.print_json({"jobs": [listed_json(view, ctx, now, lease_ok) for view in job_views]},
+                          from_store=ctx.backend.url is None)  # the JSON store: its parser vouches
         return
     render.jobs_table((job_row(view, now, owner_alive, lease_ok) for view in job_views), now)
 
@@ -165,9 +191,10 @@ def next_fires(results: list[NextFires], json_out: bool) -> None:
 def _local_and_utc(result: NextFires) -> list[tuple[datetime, datetime]]:
     spec = result.view.spec
     fires = [fire_at(spec, slot) for slot in result.instants] if spec.jitter > 0 else result.instants
-    zone = ZoneInfo(spec.timezone)
     if spec.timezone == "UTC":  # a slot in UTC already reads the same in the zone UTC: not converted
-        return [(fire if fire.tzinfo is timezone.utc else fire.astimezone(zone), fire) for fire in fires]
+        utc = timezone.utc
+        return [(fire if fire.tzinfo is utc else fire.astimezone(ZoneInfo("UTC")), fire) for fire in fires]
+    zone = ZoneInfo(spec.timezone)
     return [(fire.astimezone(zone), fire) for fire in fires]
 
 

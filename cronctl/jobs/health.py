@@ -70,7 +70,10 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
             "platform",
         )
     next_run = view.next_run_at
-    if next_run is not None and now - next_run > timedelta(seconds=grace(view.spec, next_run)):
+    # A slot still ahead is never late: its grace is not worked out (a cron job's is, since
+    # working it out may raise for such a slot as for any other).
+    if next_run is not None and (next_run < now or view.spec.cron is not None) \
+            and now - next_run > timedelta(seconds=grace(view.spec, next_run)):
         return JobHealth(
             "late",
             f"due since {state.get('next_run_at')} and not started; is 'cronctl run' running?",
@@ -78,7 +81,7 @@ def job_health(view: JobView, now: datetime, owner_alive: OwnerAlive, lease_expi
         )
     if failed_last(state):
         return _failing_health(view, "")
-    return JobHealth("ok", _ok_reason(view), None)
+    return _ok_health(_ok_reason(view))
 
 
 def _failing_health(view: JobView, now_doing: str) -> JobHealth:
@@ -176,9 +179,10 @@ def _run_where(run_id: str, claim: Any) -> str:
 def persisted_error_wedge(view: JobView, now: datetime) -> bool:
     """A recurring job that failed, then was pushed into the future and never revisited."""
     state = view.state
-    if view.spec.at is not None or view.claims or view.paused or state.get("completed"):
-        return False
+    # The last status first: every reader asks this of every job, and most last ran well.
     if state.get("last_status") not in FAILED_STATUSES or state.get("retry"):
+        return False
+    if view.spec.at is not None or view.claims or view.paused or state.get("completed"):
         return False
     if state.get("rearmed_for") is not None and state.get("rearmed_for") == state.get("last_run_at"):
         return False  # already re-armed once for this failure
@@ -193,6 +197,20 @@ def _completed_reason(view: JobView) -> str:
     if view.spec.at is not None:
         return "one-shot job done"
     return f"finished its {view.spec.repeat} runs"
+
+
+def _ok_health(reason: str) -> JobHealth:
+    """JobHealth("ok", reason, None), one per reason (they are few, and a frozen dataclass is
+    slow to make: `list` of 10,000 jobs made 10,000 of them)."""
+    health = _OK_HEALTHS.get(reason)
+    if health is None:
+        health = JobHealth("ok", reason, None)
+        if len(_OK_HEALTHS) < 1024:
+            _OK_HEALTHS[reason] = health
+    return health
+
+
+_OK_HEALTHS: dict[str, JobHealth] = {}
 
 
 def _ok_reason(view: JobView) -> str:

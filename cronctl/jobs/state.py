@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +55,9 @@ class JobView:
 
     spec: JobSpec
     state: dict[str, Any]
+    # The stored entry the view was read from (from_entry), for a reader that can show it
+    # as it is (views.listed_json); None for a view made from a spec.
+    entry: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> JobView:
@@ -69,7 +72,7 @@ class JobView:
             _check_flags(spec, state)
         except (CronctlError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise bad_entry_error(entry, exc) from None
-        return cls(spec, state)
+        return cls(spec, state, entry)
 
     @property
     def next_run_at(self) -> datetime | None:

@@ -100,6 +100,9 @@ class HeartbeatWriter:
         """Create the tick record at its full size; raises OSError when the home is not writable."""
         path = tick_path(self.paths)
         try:
+            # scheduler.json's temp file is written there (see `write`): made now, while a
+            # failure still stops the start.
+            self.paths.control_dir.mkdir(mode=0o700, exist_ok=True)
             write_json_atomic(path, {})  # a fresh inode of our own, then its full size
             if self._tick_fd is not None:
                 os.close(self._tick_fd)
@@ -121,6 +124,8 @@ class HeartbeatWriter:
         """Write scheduler.json whole, then the tick record; returns what failed, if anything."""
         now_mono = self.clock.monotonic()
         try:
+            # The temp file in control/, renamed into the home: the store watch on the home
+            # (loop/storewatch.py) then wakes once for this rewrite, not also for the temp's close.
             write_json_atomic(self.paths.heartbeat, {
                 "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
                 "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
@@ -128,7 +133,7 @@ class HeartbeatWriter:
                 "stopped_cleanly": stopped_cleanly, "ticks": ticks, "active_runs": active_runs,
                 "file": str(self.file) if self.file else None,
                 **({"clock_jump": self.clock_jump} if self.clock_jump else {}),
-            })
+            }, tmp_dir=self.paths.control_dir)
             self._problem = None
             self._said, self._said_at = (generation, active_runs, self.clock_jump), now_mono
         except OSError as exc:

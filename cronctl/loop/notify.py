@@ -10,11 +10,14 @@ here, is what notices a loop that cannot speak.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from cronctl.clock import Clock
+
+if TYPE_CHECKING:
+    import socket
 
 # Without a watchdog, STATUS= is refreshed this often.
 STATUS_EVERY = 10.0
@@ -62,6 +65,8 @@ class Notifier:
         payload = "\n".join(f"{key}={value}" for key, value in fields.items()).encode()
         try:
             if self._sock is None:
+                import socket  # here: only a loop under a service manager sends (a few ms of every start)
+
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             self._sock.sendto(payload, self.address)
             return True

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -95,7 +94,8 @@ def _post(item: Item, url: str, data: bytes, kind: str, body: dict[str, Any], ti
         exc.close()
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        words = "timed out" if isinstance(reason, (socket.timeout, TimeoutError)) else str(reason)
+        # socket.timeout is TimeoutError (Python 3.10 on)
+        words = "timed out" if isinstance(reason, TimeoutError) else str(reason)
         return Result(item.job, item.key, "retry", _scrub(words, {"url": url}, {}))
     if 200 <= code < 300:
         return Result(item.job, item.key, "sent", code=code)
@@ -115,6 +115,7 @@ def _opener() -> urllib.request.OpenerDirector:
 
 
 def _email(item: Item, address: str, body: dict[str, Any], env: Mapping[str, str], timeout: float) -> Result:
+    import socket  # here, as smtplib: the engine imports this module, few runs send mail
     from email.message import EmailMessage
 
     message = EmailMessage()

@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cronctl.clock import Clock
 from cronctl.durations import parse_duration
@@ -29,6 +29,9 @@ from cronctl.jobs.state import JobView
 from cronctl.loop.notify_send import TIMEOUT, send
 from cronctl.store.leases import LeaseStore
 from cronctl.store.notify_owed import ALERTS, Item, Result, RetryPolicy, owed_items, targets_of
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 
 class LateWatcher(Protocol):
@@ -88,12 +91,13 @@ class NotifyWorker:
         self._offered: dict[tuple[str, str], None] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self._results: list[Result] = []
-        from concurrent.futures import ThreadPoolExecutor  # here: `force-run` imports this module, never a pool
-
-        self._pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="cronctl-notify")
+        # Made with the first notification to send: concurrent.futures (and the logging it
+        # imports) cost a loop's start several ms, and most loops never send one.
+        self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._last_poll = float("-inf")
         self._complained = False
+        self._stopped = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="cronctl-notify-worker", daemon=True)
@@ -106,7 +110,10 @@ class NotifyWorker:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=wait)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            pool, self._stopped = self._pool, True
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         try:
             self._settle()
         except Exception as exc:  # unsettled tries stay owed: the next loop sends them again
@@ -181,8 +188,21 @@ class NotifyWorker:
         taken = self.leases.notify_take(wanted, self.by, self.clock.now(), LEASE_S)
         with self._lock:
             self._in_flight.update((item.job, item.key) for item in taken)
+        pool = self._executor()
         for item in taken:
-            self._pool.submit(self._try, item)
+            pool.submit(self._try, item)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """The sending pool, made the first time it is needed (never after stop: a stopped
+        pool's submit raises, as it always did)."""
+        with self._lock:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="cronctl-notify")
+                if self._stopped:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+            return self._pool
 
     def _next_batch(self) -> list[tuple[str, str]]:
         """Up to the room left, one entry per job with none in flight, in the order offered:

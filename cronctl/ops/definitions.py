@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from cronctl.context import Context
 from cronctl.errors import ConfigError, ConflictError, ScheduleError, no_job_named
@@ -13,7 +14,7 @@ from cronctl.jobs.jobfile import build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
 from cronctl.ops import chain_rules
-from cronctl.schedule.slots import fire_at, first_slot, slots_from
+from cronctl.schedule.slots import fire_at, first_slot, grid_step, slots_from
 from cronctl.store.definitions import DefinitionsEdit, already_exists
 from cronctl.timefmt import from_iso, to_iso
 
@@ -362,8 +363,9 @@ def show_job(ctx: Context, name: str) -> JobView:
     return job_view(ctx, name)
 
 
-@dataclass(frozen=True)
-class NextFires:
+class NextFires(NamedTuple):
+    """A job and its next instants (a tuple: `next` makes 10,000 of them at once)."""
+
     view: JobView
     instants: list[datetime]
 
@@ -399,14 +401,19 @@ def upcoming_slots(view: JobView, origin: datetime, count: int, use_state: bool)
         return []
     out: list[datetime] = []
     try:
-        first = view.next_run_at if use_state and view.next_run_at else None
+        first = view.next_run_at if use_state else None
         if first is None:
             first = _first_after(spec, origin)
         if first is not None and count > 0:
-            for slot in slots_from(spec, first):
-                out.append(slot)
-                if len(out) >= count:
-                    break
+            # Appended one by one as they come: the slots before one past year 9999 stay.
+            delta = grid_step(spec, first)
+            if delta is None:
+                out.extend(islice(slots_from(spec, first), count))
+            else:  # slots_from's grid, without a generator per job (`next` of 10,000 jobs)
+                out.append(first)
+                for _ in range(count - 1):
+                    first += delta
+                    out.append(first)
     except (OverflowError, ScheduleError):
         pass  # past the last instant a datetime can hold (year 9999): no further slots
     return out

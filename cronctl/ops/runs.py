@@ -341,9 +341,16 @@ def run_loop(ctx: Context, options: LoopOptions, echo: EchoSink | None = None,
             f"{len(plan.prune)} removed, {len(plan.unchanged)} unchanged"), prune_waiting=plan.prune_waiting)
 
     metrics = MetricsFile(options.metrics_file)
-    from cronctl.ops.probes import probe_routes
+
+    def http_routes() -> Any:
+        # Asked only with --http: the probes import the endpoint (sockets) and the status
+        # report, a few ms of every loop's start.
+        from cronctl.ops.probes import probe_routes
+
+        return probe_routes(ctx)
+
     hooks = LoopHooks(apply_file=apply_watched, after_tick=metrics.maybe_write,
-                      http_routes=lambda: probe_routes(ctx),
+                      http_routes=http_routes,
                       http_handlers=dashboard[0] if dashboard else None,
                       http_actions=dashboard[1] if dashboard else None)
     if echo is None:

@@ -23,6 +23,12 @@ Command = tuple[str, ...]
 # (a full disk is no excuse for a pipe, but a fault injector or a kernel bug may say so)
 # delays what it was for by this much at most, instead of for ever.
 WAKE_BACKSTOP = 2.0
+# With nothing at all to supervise (no run, no gate timer, no wake-up ever lost), the thread
+# sleeps this long instead: an idle loop's supervisor woke every 2 s for nothing, a fifth of
+# the loop's idle CPU. A wake-up lost meanwhile (the only thing the backstop is for) is
+# written again by the poster's next call (`wake_if_owed`), and once one was lost the
+# thread keeps WAKE_BACKSTOP for good.
+IDLE_BACKSTOP = 10.0
 
 
 class SharedRuns:
@@ -43,6 +49,7 @@ class SharedRuns:
         self._wake_r: int | None = None
         self._wake_w: int | None = None
         self.wakes_lost = 0  # wake-up writes that failed (not for a full pipe)
+        self.wake_owed = False  # the last wake-up write failed: the next call tries again
 
     # --- waking the supervisor thread ------------------------------------------
 
@@ -59,14 +66,28 @@ class SharedRuns:
                 return
             try:
                 os.write(self._wake_w, b"x")
+                self.wake_owed = False
             except BlockingIOError:
-                pass  # already full: the thread will wake anyway
+                self.wake_owed = False  # already full: the thread will wake anyway
             except OSError:
                 # ENOSPC, EIO...: the wake-up is lost, never the caller's work (a child just
                 # spawned must be tracked, not reported as a spawn failure and left gated).
-                # The supervisor thread never sleeps longer than WAKE_BACKSTOP, so it still
-                # sees what was posted.
+                # The supervisor thread sleeps at most WAKE_BACKSTOP while it has anything
+                # to do, IDLE_BACKSTOP otherwise (then until the poster's next call tries
+                # again), so it still sees what was posted.
                 self.wakes_lost += 1
+                self.wake_owed = True
+
+    def wake_if_owed(self) -> None:
+        """Write a wake-up that failed before (the engine's calls on each tick ask)."""
+        if self.wake_owed:
+            self.wake()
+
+    def backstop(self) -> float:
+        """The longest the supervisor thread sleeps: IDLE_BACKSTOP only with nothing to do."""
+        if self.runs or self.commands or self._gate_timers or self.wakes_lost:
+            return WAKE_BACKSTOP
+        return IDLE_BACKSTOP
 
     def drain_wake(self) -> None:
         assert self._wake_r is not None

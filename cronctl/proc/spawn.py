@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import shutil
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -203,6 +202,8 @@ def _check_executable(program: str, env: Mapping[str, str], cwd: str) -> None:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return
         raise BlockedConfig("command", f"executable {program!r} does not exist or is not executable")
+    import shutil  # here: it imports bz2 and lzma, a few ms of every start that spawns nothing
+
     if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
         raise BlockedConfig("command", f"executable {program!r} not found in PATH; install it or use a full path")
 

@@ -86,6 +86,7 @@ class Supervisor:
         about a third of a millisecond each, 20 children on one chain hop).
         `warm`: adopt a warm child made ahead (proc/warm.py) if one can be the run."""
         self._check_accepting(req.run_id)
+        self._shared.wake_if_owed()
         env, argv = preflight(req)
         adopted = self.warm.adopt(req, env, argv, self._track) if warm else None
         if adopted is not None:
@@ -115,6 +116,7 @@ class Supervisor:
         with the store, so a long store write cannot make a slot late. A gate
         cancelled meanwhile stays closed.
         """
+        self._shared.wake_if_owed()
         ids = tuple(run_ids)
         if delay <= 0:
             self.open_gates(ids)
@@ -123,6 +125,7 @@ class Supervisor:
 
     def gate_opened_at(self, run_ids: Iterable[str]) -> dict[str, float | None]:
         """For each known run: when its gate opened (monotonic), None while it has not."""
+        self._shared.wake_if_owed()  # asked on every tick while a run is held
         with self._shared.lock:
             runs = self._shared.runs
             return {run_id: (run.gate.opened_mono if run.gate.state == "open" else None)
@@ -158,6 +161,7 @@ class Supervisor:
 
     def running(self) -> list[str]:
         """Run ids not yet finished, gated ones included."""
+        self._shared.wake_if_owed()
         with self._shared.lock:
             return list(self._shared.runs)
 

@@ -109,7 +109,8 @@ class Watcher:
         scan_wait = self._scans.timeout(now, self._others_running())
         if scan_wait is not None:
             waits.append(scan_wait)
-        return min([*waits, WAKE_BACKSTOP])
+        backstop = WAKE_BACKSTOP if self._heap or scan_wait is not None else self._shared.backstop()
+        return min([*waits, backstop])
 
     def _process_commands(self, now: float, touched: dict[str, TrackedRun]) -> None:
         for command in self._shared.take_commands():

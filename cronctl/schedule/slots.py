@@ -46,9 +46,9 @@ def slots_from(spec: JobSpec, first: datetime) -> Iterator[datetime]:
     slots, and the general step (grid arithmetic, then the store's rounding) was a fifth
     of it. tests/unit/test_slots_from.py compares both ways."""
     yield first
-    step = round(spec.every * 1_000_000) if spec.every is not None and spec.cron is None else 0
-    if step > 0 and step % 1000 == 0 and first.tzinfo is timezone.utc and first.microsecond % 1000 == 0:
-        delta, on_grid = timedelta(microseconds=step), first
+    delta = grid_step(spec, first)
+    if delta is not None:
+        on_grid = first
         while True:
             on_grid += delta
             yield on_grid
@@ -57,6 +57,15 @@ def slots_from(spec: JobSpec, first: datetime) -> Iterator[datetime]:
         slot = slot_after(spec, slot, slot)
         if slot is not None:
             yield slot
+
+
+def grid_step(spec: JobSpec, first: datetime) -> timedelta | None:
+    """The interval when each slot after `first` is the one before plus it, exactly (an
+    `every` grid of whole milliseconds from a UTC slot on a millisecond); else None."""
+    step = round(spec.every * 1_000_000) if spec.every is not None and spec.cron is None else 0
+    if step > 0 and step % 1000 == 0 and first.tzinfo is timezone.utc and first.microsecond % 1000 == 0:
+        return timedelta(microseconds=step)
+    return None
 
 
 def cadence(spec: JobSpec, slot: datetime) -> float | None:

@@ -176,7 +176,37 @@ def _make_stdlib_dumps() -> Callable[[Any], str]:
 
 
 _stdlib_dumps = _make_stdlib_dumps()
-_fast_decode = msgspec.json.Decoder().decode
+
+
+class _Spelling:
+    """Whether every value `parse` has returned in this process is one msgspec writes
+    exactly as ``json.dumps`` does (`spelled_alike`)."""
+
+    alike = True
+
+
+def _float_alike(text: str) -> float:
+    """A JSON float, as the decoder would make it; one written otherwise by msgspec
+    (1e-05 as 1e-5, 1e+16 as 1e16) is noted. Called for floats only: a store of new jobs
+    holds none, a store of jobs that ran a few per job."""
+    value = float(text)
+    if value != 0.0 and not 1e-4 <= abs(value) < 1e16:
+        _Spelling.alike = False
+    return value
+
+
+def spelled_alike() -> bool:
+    """Whether every value `parse` has returned so far in this process is plain JSON that
+    msgspec's sorted encoder, spaced by ``format(indent=0)``, writes byte for byte as
+    ``json.dumps(sort_keys=True, ensure_ascii=False)`` does: no float outside [1e-4, 1e16)
+    but zero, no NaN or infinity, no lone surrogate (the last two only json.loads
+    accepts, and only a document json.loads parsed can hold them). So a --json document
+    built from parsed values and cronctl's own strings, ints and bools can be written by
+    msgspec without a walk of its values (cli/jsonout.py)."""
+    return _Spelling.alike
+
+
+_fast_decode = msgspec.json.Decoder(float_hook=_float_alike).decode
 
 
 def parse(raw: bytes) -> Any:
@@ -193,6 +223,7 @@ def parse(raw: bytes) -> Any:
     try:
         return _fast_decode(raw)
     except msgspec.DecodeError:
+        _Spelling.alike = False  # NaN, a lone surrogate, a number msgspec cannot hold: json.loads's values
         return json.loads(raw.decode("utf-8"))
     finally:
         if collecting:

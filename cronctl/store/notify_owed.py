@@ -19,7 +19,6 @@ both stores run them inside their own transactions.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -70,6 +69,8 @@ class Result:
 
 
 def _host() -> str:
+    import socket  # here: force-run and a loop's start import this module, few ask the host
+
     return socket.gethostname()
 
 

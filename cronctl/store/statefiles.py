@@ -13,12 +13,30 @@ from pathlib import Path
 from typing import Any
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Small state files (heartbeat, control replies): temp + rename, readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_json_atomic(path: Path, data: dict[str, Any], tmp_dir: Path | None = None) -> None:
+    """Small state files (heartbeat, control replies): temp + rename, readers never see half a file.
+
+    tmp_dir: where the temp file is written (same file system), when not beside `path`: the
+    loop's heartbeat writes its temp file elsewhere so that, in the home directory, only the
+    rename is seen (the store watch wakes once per rewrite, not twice). When that fails (no
+    such directory, another file system) the write is made as without it, and its error, if
+    any, is the one raised."""
+    text = (json.dumps(data, sort_keys=True) + "\n").encode()
+    if tmp_dir is not None:
+        elsewhere = tmp_dir / f".{path.name}.{os.getpid()}.tmp"
+        try:
+            _write_then_rename(elsewhere, text, path)
+            return
+        except OSError:  # no such directory, another file system...: the write beside `path` says
+            with suppress(OSError):
+                os.unlink(elsewhere)
+    _write_then_rename(path.with_name(f".{path.name}.{os.getpid()}.tmp"), text, path)
+
+
+def _write_then_rename(tmp: Path, text: bytes, path: Path) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, (json.dumps(data, sort_keys=True) + "\n").encode())
+        os.write(fd, text)
     finally:
         os.close(fd)
     os.replace(tmp, path)
