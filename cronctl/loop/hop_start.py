@@ -19,18 +19,29 @@ before.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from cronctl.proc.spawn import RunRequest
+from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import ClaimBatch, Dispatched, NewClaim
 
-if TYPE_CHECKING:
-    from cronctl.loop.engine import Engine
+
+class HopEngine(Protocol):
+    """What a hop's adoption needs of the engine (loop/engine.py)."""
+
+    supervisor: Supervisor
+
+    def request_of(self, new: NewClaim) -> RunRequest: ...
+
+    def now_active(self, new: NewClaim, request: RunRequest, pid: int, start_time: float) -> Dispatched: ...
+
+    def discard(self, run_id: str) -> None: ...
 
 
 class HopStart:
     """`StartInWrite` for one hop: the warm children it adopted, to open or to undo."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: HopEngine) -> None:
         self._engine = engine
         self.started: list[Dispatched] = []
 
