@@ -330,7 +330,9 @@ def main() -> None:
              for shape, values in recorded.items()]
     title = f"Chain hops, upstream's first instruction to dependant's ({count} chains of each shape"
     title += f", {args.filler} other jobs on JSON)" if args.filler else ")"
-    invocation = "python bench/chain_hops.py" + (f" --filler {args.filler}" if args.filler else "")
+    invocation = "python bench/chain_hops.py" + (f" --chains {count}" if count != 10 else "")
+    invocation += (f" --filler {args.filler}" if args.filler else "") + (" --cold" if args.cold else "")
+    invocation += f" --baseline {args.baseline}" if args.baseline is not None else ""
     print(table(title, headers, rows, invocation))
     for name, samples in results.items():
         if name.startswith("cronctl"):
