@@ -121,3 +121,23 @@ jobs:
     assert not (out / "b").exists() and not (out / "c").exists(), "their gates never opened: nothing of them ran"
     [finished] = audit_rows(home, "chain.finished")
     assert finished["outcome"] == "failed" and finished["statuses"] == {"a": "success", "b": "lost", "c": "lost"}
+
+
+def test_a_dependant_whose_directory_vanished_is_refused_as_before_and_takes_no_warm_child(home: Path,
+                                                                                          tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    ctx, engine, chain_id = fan_out(home, {"w0": {}, "w1": {"cwd": str(gone)}})
+    try:
+        assert steady_tick(engine) == (0, 1)
+        assert len(engine.supervisor.warm) == 2
+        gone.rmdir()
+        wait_result(engine)
+        assert engine.record_results() == 1 and engine.hops_claimed == 2
+        assert len(engine.supervisor.warm) == 1, "w0 adopted one; w1's refusal took none"
+        run_out(engine)
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+    [w1] = audit_rows(home, "run.finished", "w1")
+    assert (w1["status"], w1["reason"]) == ("not_started", "blocked_config")
+    assert ctx.store.read()["chains"][chain_id]["nodes"]["w1"]["status"] == "not_started"
