@@ -29,7 +29,12 @@ about itself enters the figure. Runners:
 `--cold` adds cronctl on JSON with no warm children (CRONCTL_WARM_CHILDREN=0): each hop
 spawns its dependants' children after the claim, as before warm children.
 
-Usage: python bench/chain_hops.py [--chains 10] [--quick] [--filler N] [--cold] [--no-pg] [--no-peer]
+`--baseline DIR` adds cronctl on JSON run from another checkout's `cronctl` package (DIR
+first on PYTHONPATH, e.g. `git archive REV cronctl | tar -x -C DIR`), right after this
+checkout's, in the same run: a change's before and after under the same load.
+
+Usage: python bench/chain_hops.py [--chains 10] [--quick] [--filler N] [--cold] [--baseline DIR] [--no-pg]
+       [--no-peer]
 """
 
 from __future__ import annotations
@@ -286,6 +291,9 @@ def measure(args: argparse.Namespace, count: int) -> tuple[dict[str, Samples], S
     ]
     stamped, recorded = cronctl_json(count, args.filler)
     results["cronctl, JSON, 1 loop"] = stamped
+    if args.baseline is not None:
+        results[f"cronctl, JSON, 1 loop, baseline {args.baseline.name}"] = cronctl_json(
+            count, args.filler, {"PYTHONPATH": str(args.baseline.resolve())})[0]
     if args.cold:
         results["cronctl, JSON, 1 loop, no warm children"] = cronctl_json(count, args.filler, {COLD: "0"})[0]
     if not args.no_pg:
@@ -309,6 +317,8 @@ def main() -> None:
     parser.add_argument("--no-peer", action="store_true", help="skip APScheduler")
     parser.add_argument("--cold", action="store_true",
                         help=f"also cronctl on JSON with {COLD}=0: every hop spawns its children (as before)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="also cronctl on JSON from the cronctl package in DIR (another checkout), same run")
     parser.add_argument("--json", type=Path, help="also write the samples here")
     args = parser.parse_args()
     count = 3 if args.quick else args.chains
@@ -320,7 +330,9 @@ def main() -> None:
              for shape, values in recorded.items()]
     title = f"Chain hops, upstream's first instruction to dependant's ({count} chains of each shape"
     title += f", {args.filler} other jobs on JSON)" if args.filler else ")"
-    invocation = "python bench/chain_hops.py" + (f" --filler {args.filler}" if args.filler else "")
+    invocation = "python bench/chain_hops.py" + (f" --chains {count}" if count != 10 else "")
+    invocation += (f" --filler {args.filler}" if args.filler else "") + (" --cold" if args.cold else "")
+    invocation += f" --baseline {args.baseline}" if args.baseline is not None else ""
     print(table(title, headers, rows, invocation))
     for name, samples in results.items():
         if name.startswith("cronctl"):

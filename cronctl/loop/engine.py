@@ -25,6 +25,7 @@ from cronctl.loop.due import DueIndex
 from cronctl.loop.fence import SelfFence
 from cronctl.loop.held import PRESPAWN_LEAD as PRESPAWN_LEAD  # the loop (scheduler.py) imports it from here
 from cronctl.loop.held import ActiveRun, HeldRun, HeldRuns
+from cronctl.loop.hop_start import HopStart
 from cronctl.loop.notify_worker import NotifyPump
 from cronctl.loop.on_failure import FailureHooks
 from cronctl.loop.warm_hops import WarmHops
@@ -54,7 +55,8 @@ def _own_start_time() -> float:
 outbox.use_start_time_reader(_own_start_time)  # an engine's process writes the outbox: without psutil
 # Test seam: CRONCTL_FAULT_LOOP_CRASH=after_claim SIGKILLs the loop right after a claim is written;
 # =held_at_gate once children claimed ahead wait at their gates, before they are marked dispatched;
-# =after_finish right after a run's end (and its chain's triggers) is written, before the next claim.
+# =after_finish right after a run's end (and its chain's triggers) is written, before the next claim;
+# =after_hop_claim right after a hop's claim write marked its warm children dispatched, gates closed.
 CRASH_ENV = "CRONCTL_FAULT_LOOP_CRASH"
 
 
@@ -448,14 +450,7 @@ class Engine:
         return spawned
 
     def _spawn_one(self, new: NewClaim, spawned: list[Dispatched], refused: list[Refused]) -> None:
-        log_path = self.ctx.paths.run_log(new.job, new.run_id)
-        request = RunRequest(
-            run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
-            env={**run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence), **new.extra_env},
-            timeout=new.spec.timeout, kill_grace=new.spec.kill_grace, log_path=log_path,
-            log_cap=new.spec.keep_log or self.options.log_cap, drain_timeout=self.options.drain_timeout,
-            setup=child_setup_of(new.spec),
-        )
+        request = self.request_of(new)
         try:
             child = self.supervisor.spawn_gated(request, wake=False, warm=new.chain is not None)
         except BlockedConfig as exc:
@@ -474,10 +469,24 @@ class Engine:
             self.supervisor.cancel_gate(new.run_id)
             refused.append(spawn_refused(new, getattr(exc, "errno", None), f"{type(exc).__name__}: {exc}"))
             return
+        spawned.append(self.now_active(new, request, child.pid, child.start_time))
+
+    def request_of(self, new: NewClaim) -> RunRequest:
+        return RunRequest(
+            run_id=new.run_id, job=new.job, command=new.spec.command, cwd=new.spec.cwd,
+            env={**run_env(new.spec, new.run_id, to_iso(new.slot) or "", new.attempt, new.fence), **new.extra_env},
+            timeout=new.spec.timeout, kill_grace=new.spec.kill_grace,
+            log_path=self.ctx.paths.run_log(new.job, new.run_id),
+            log_cap=new.spec.keep_log or self.options.log_cap, drain_timeout=self.options.drain_timeout,
+            setup=child_setup_of(new.spec),
+        )
+
+    def now_active(self, new: NewClaim, request: RunRequest, pid: int, start_time: float) -> Dispatched:
+        """A child of `new` is at its gate: the run is this engine's to tend."""
         self.active[new.run_id] = ActiveRun(new.job, new.run_id, new.spec, to_iso(new.slot) or "", new.attempt,
-                                            str(log_path))
+                                            str(request.log_path))
         self._confirm([new.run_id], self._claim_began)  # its lease began with the claim's round trip
-        spawned.append(Dispatched(new.job, new.run_id, child.pid, child.start_time, self.ctx.clock.monotonic()))
+        return Dispatched(new.job, new.run_id, pid, start_time, self.ctx.clock.monotonic())
 
     # --- results -------------------------------------------------------------------
 
@@ -532,14 +541,41 @@ class Engine:
     def _claim_hops(self, chain_ids: list[str]) -> None:
         """The dependants those finishes made ready, claimed and started now (SPEC §10: within
         50 ms of the upstream's recorded end): a write of the chain's jobs alone, not the full
-        claim write of fire_due, whose cost grows with the store (44 ms at 1000 jobs)."""
+        claim write of fire_due, whose cost grows with the store (44 ms at 1000 jobs). The warm
+        children it adopts are marked dispatched in that same write (loop/hop_start.py): one
+        write from an upstream's recorded end to its dependants' open gates, not two."""
         for chain_id in chain_ids:
             capacity = self._capacity()
             if capacity == 0:
                 return
-            batch = self.ctx.leases.claim_chain(chain_id, self.ctx.clock.now(), self.owner, self.lease(), capacity)
-            self.dispatch(batch)
+            adopting = HopStart(self)
+            try:
+                batch = self.ctx.leases.claim_chain(chain_id, self.ctx.clock.now(), self.owner, self.lease(), capacity,
+                                                    start=adopting)
+            except BaseException:
+                adopting.undo()  # nothing was written: their gates never open
+                raise
+            if batch.dispatched and os.environ.get(CRASH_ENV) == "after_hop_claim":
+                os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with a hop's runs marked, gates closed
+            self._open_adopted(batch, adopting.started)
+            self.dispatch(adopting.rest(batch))
             self.hops_claimed += len(batch.claims)
+
+    def _open_adopted(self, batch: ClaimBatch, started: list[Dispatched]) -> None:
+        """Open the gates of the hop's runs its claim write marked dispatched (run.started rows
+        written with it); one it did not keep is cancelled at its gate, as dispatch does."""
+        kept = {run.run_id for run in batch.dispatched}
+        for new in batch.claims:
+            if new.run_id in kept:
+                for old in new.replaces:
+                    if old in self.active:
+                        self.supervisor.kill(old, "replaced")
+        self._confirm(sorted(kept), self._claim_began)  # the claim write restarted their leases
+        for run in started:
+            if run.run_id not in kept:
+                self.supervisor.cancel_gate(run.run_id)
+        self.supervisor.open_gates(sorted(kept))
+        self.warm_hops.dispatched([new for new in batch.claims if new.run_id in kept])
 
     def _after_finish(self, run: ActiveRun | None, done: Finished) -> None:
         """The lease store wrote the rows and the record; what is left is the loop's."""

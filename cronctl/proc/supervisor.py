@@ -25,6 +25,7 @@ from cronctl.proc.identity import is_child_subreaper, set_child_subreaper
 from cronctl.proc.run import RunResult, TrackedRun
 from cronctl.proc.shared import SharedRuns
 from cronctl.proc.spawn import (
+    BlockedConfig,
     GatedChild,
     RunRequest,
     Spawned,
@@ -100,6 +101,18 @@ class Supervisor:
         if wake:
             self._shared.wake()
         return Spawned(req.run_id, child.pid, child.start_time)
+
+    def adopt_warm(self, req: RunRequest) -> Spawned | None:
+        """`req`'s gated child from a warm child made ahead (proc/warm.py), or None (none left, or
+        none can be this run: the caller spawns it as usual). Spawns nothing: cheap enough to
+        do while a store write holds its lock. The caller calls `wake()` after the batch."""
+        try:
+            self._check_accepting(req.run_id)
+            env, argv = preflight(req)
+            adopted = self.warm.adopt(req, env, argv, self._track)
+        except (RuntimeError, ValueError, BlockedConfig, SpawnError):
+            return None  # the usual spawn meets it again, and says so (its claim refused there)
+        return None if adopted is None else Spawned(req.run_id, adopted.pid, adopted.start_time)
 
     def wake(self) -> None:
         """The supervisor thread looks at what was posted (the children of a batch) now."""

@@ -92,6 +92,9 @@ class ClaimBatch:
     claims: list[NewClaim] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     deferred: int = 0  # due but over --max-parallel; claimed on a later tick
+    # Runs of this batch marked dispatched in the claim's own write (a hop's warm children,
+    # UnitLeaseStore.claim_chain): their gates may open as soon as it commits.
+    dispatched: list[Dispatched] = field(default_factory=list)
 
 
 def new_run_id(now: datetime) -> str:

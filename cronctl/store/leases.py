@@ -30,6 +30,7 @@ takes on a unit's document are the pure functions of claims.py and decisions.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -46,10 +47,14 @@ from cronctl.store.lease_types import HeldGate, Refused, RunClaim, RunEnd, Unhol
 from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.schema import bump_counter
 from cronctl.store.suspects import Suspect, suspects_in
-from cronctl.store.unit import CHAINS_NOT_STORED, Units
+from cronctl.store.unit import CHAINS_NOT_STORED, JobsUnit, Units
 
-__all__ = ["HeldGate", "JsonLeaseStore", "LeaseStore", "Refused", "RunClaim", "RunEnd", "Suspect", "UnitLeaseStore",
-           "Unhold", "run_claim"]
+# Children already there for some of a write's new claims (a hop's warm children, adopted
+# while its unit holds the jobs' lock): the runs given one, with their identities.
+StartInWrite = Callable[[list[claims_mod.NewClaim]], list[Dispatched]]
+
+__all__ = ["HeldGate", "JsonLeaseStore", "LeaseStore", "Refused", "RunClaim", "RunEnd", "StartInWrite", "Suspect",
+           "UnitLeaseStore", "Unhold", "run_claim"]
 
 
 class LeaseStore(Protocol):
@@ -111,7 +116,7 @@ class LeaseStore(Protocol):
     def force_chain(self, job: str, now: datetime) -> tuple[str, list[str]]: ...
 
     def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease,
-                    capacity: int | None = None) -> ClaimBatch: ...
+                    capacity: int | None = None, start: StartInWrite | None = None) -> ClaimBatch: ...
 
     # What must follow a run's end (store/outbox.py): delivered by the writer right after
     # the commit; `settle` says an owed on_failure hook was started too; `deliver_pending`
@@ -374,16 +379,34 @@ class UnitLeaseStore:
         return chain_id, jobs
 
     def claim_chain(self, chain_id: str, now: datetime, owner: Owner, lease: Lease,
-                    capacity: int | None = None) -> ClaimBatch:
+                    capacity: int | None = None, start: StartInWrite | None = None) -> ClaimBatch:
         """The due nodes of one chain only (`force-run --chain` run here, with no loop; the loop's
-        hop, right after the finish that made them ready): a write of its jobs, not the store."""
+        hop, right after the finish that made them ready): a write of its jobs, not the store.
+
+        `start`: the caller's children already there (warm ones) for some of the new claims,
+        adopted while this unit holds the lock; those runs are marked dispatched in this same
+        write, with their run.started rows (`batch.dispatched`), so their gates need no second
+        write. A crash after this commit leaves them as any dispatched run whose gate never
+        opened: reclaimed `lost`, their processes found by the identity recorded here.
+        """
         self._need_chains()
         batch = ClaimBatch()
         with self.units.chain(chain_id) as unit:
-            chains.claim_ready(unit.doc, unit.judge(now), owner, unit.lease(lease), batch, capacity,
-                               only=chain_id)
+            at = unit.judge(now)
+            chains.claim_ready(unit.doc, at, owner, unit.lease(lease), batch, capacity, only=chain_id)
             unit.emit(batch.events)
+            if start is not None and batch.claims:
+                self._dispatch_in_write(unit, owner, start(batch.claims), at, batch)
         return batch
+
+    @staticmethod
+    def _dispatch_in_write(unit: JobsUnit, owner: Owner, runs: list[Dispatched], at: datetime,
+                           batch: ClaimBatch) -> None:
+        if not runs:
+            return
+        batch.dispatched = claims_mod.mark_dispatched(unit.doc, owner, runs, at)
+        unit.gate_opened(batch.dispatched, at)
+        unit.emit(decisions.started_rows(unit.doc, batch.dispatched))
 
     def _need_chains(self) -> None:
         if not self.units.chains:
