@@ -68,9 +68,9 @@ class Beat:
 # beat costs the same at any number of jobs.
 # The walk stops AHEAD_HORIZON past now: an `apply -f` of 100,000 new jobs puts their index
 # entries in the walk's way while its transaction is open, and each entry of a row not yet
-# committed is a visit to the table to find it invisible. Unbounded, a beat while a run of the
-# loop's own job was live walked all of them: 17 ms on average and 360 ms at worst during that
-# apply, the loops' p99 lateness 3.6x (issue 21). A slot further than the horizon is found
+# committed is a visit to the table to find it invisible. Unbounded, the walk went through all of
+# them while the one near job had a live run: the next instants took 17 ms on average and 360 ms at
+# worst during that apply, the loops' p99 lateness 3.6x (issue 21). A slot further than the horizon is found
 # once it is within it, beats before its lead (engine.fire_ahead: the lead is seconds; a burst
 # whose lead would be longer is claimed ahead the horizon before its slot instead).
 AHEAD_HORIZON = timedelta(minutes=10)
