@@ -14,7 +14,7 @@ the apply <= 20 s. `--repeat N` runs the whole N times, each on a fresh database
 
 The server is $CRONCTL_TEST_PG_URL when set, else a throwaway one (tests/helpers/pgserver.py).
 
-Usage: python bench/pg_apply_loops.py [--jobs 100000] [--loops 3] [--window 30] [--repeat 1]
+Usage: python bench/pg_apply_loops.py [--jobs 100000] [--loops 3] [--window 30] [--repeat 1] [--slots]
 """
 
 from __future__ import annotations
@@ -61,7 +61,19 @@ def window(ledger: Path, first: float, start: float, end: float) -> dict[str, An
             seen.add(slot)
     out = lateness.summarize(values, len(slots))
     out["missed"] = len(slots - seen)
+    out["slots"] = [(slot - start, late) for slot, late in zip(sorted(seen), _in_slot_order(ledger, first, slots),
+                                                                strict=True)]
     return out
+
+
+def _in_slot_order(ledger: Path, first: float, slots: set[float]) -> list[float]:
+    """Each fired slot's lateness, in slot order (what `--slots` prints: when in the window the late ones were)."""
+    found: dict[float, float] = {}
+    for started, _name in lateness.read_ledger(ledger):
+        slot = first + math.floor(started - first + 0.0005)
+        if slot in slots and slot not in found:
+            found[slot] = max(0.0, started - slot)
+    return [found[slot] for slot in sorted(found)]
 
 
 def one_run(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -103,6 +115,9 @@ def report(index: int, repeat: int, args: argparse.Namespace, found: dict[str, A
     for name, result in (("quiet", quiet), ("during apply", during)):
         lines.append(f"  {name:>12}: slots {result['expected']}, missed {result['missed']}, p50 "
                      f"{result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms")
+    if args.slots:
+        lines.append("  during apply, each slot (s from the apply's start: ms late): " + ", ".join(
+            f"{at:.0f}: {late * 1000:.0f}" for at, late in during["slots"]))
     lines.append(f"p99 lateness during the apply / quiet: {ratio:.2f}x, target <= {RATIO:g}x: "
                  f"{'met' if ratio <= RATIO else 'missed'}")
     lines.append(f"apply -f of {args.jobs} new jobs beside {args.loops} loops: {found['apply_s']:.2f} s, "
@@ -116,6 +131,7 @@ def main() -> int:
     parser.add_argument("--loops", type=int, default=3)
     parser.add_argument("--window", type=float, default=30.0, help="seconds of the quiet window")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--slots", action="store_true", help="also each slot's lateness during the apply")
     args = parser.parse_args()
     with server_url() as url:
         for index in range(1, args.repeat + 1):

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from cronctl.errors import ConfigError
+from cronctl.jobs.yamldirect import GENERIC, build_direct
 
 # A jobs file of thousands of jobs is a few hundred thousand nodes; aliases that expand past
 # this are a "billion laughs" document, which every later walk of the values would pay for.
@@ -63,14 +64,30 @@ class _LineConstructor(yaml.constructor.SafeConstructor):
     # False when the text has no anchor ("&"), so no alias and no shared node: set by _load_yaml.
     may_share_nodes = True
 
+    # False: every document goes through PyYAML's generic construction (the tests compare the two).
+    direct = True
+
     def construct_document(self, node: yaml.Node) -> Any:
         # Composing is linear in the text, but each alias re-uses a whole subtree: nine
         # levels of nine aliases are 9**9 values to walk. Refuse before constructing.
         if self.may_share_nodes:
             _check_expansion(node)
+        elif self.direct:
+            built = build_direct(self, node, _LineDict, MAX_EXPANDED_NODES)  # past it: the count below refuses
+            if built is not GENERIC:
+                return built
+            self.reset_construction()  # a direct build given up may have left the generic one's state
+            _check_node_count(node)
         else:
             _check_node_count(node)
         return super().construct_document(node)
+
+    def reset_construction(self) -> None:
+        """The state construct_document leaves behind (a construction that raised leaves more)."""
+        self.constructed_objects = {}
+        self.recursive_objects = {}
+        self.state_generators = []
+        self.deep_construct = False
 
 
 class _PyLineLoader(_LineConstructor, yaml.SafeLoader):

@@ -130,3 +130,63 @@ def test_hand_picked_documents_read_as_the_pure_parser_reads_them(text: str) -> 
 def test_generated_documents_read_as_the_pure_parser_reads_them(text: str) -> None:
     text = as_read_from_a_file(text)
     assert outcome(used_loader, text) == outcome(pure_loader, text)
+
+
+# --- the direct build (yamldirect.py) against PyYAML's generic construction ----------------
+
+
+def generic_outcome(loader: Any, text: str, direct: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
+    with monkeypatch.context() as patched:
+        patched.setattr(yamlfile._LineConstructor, "direct", direct)
+        return outcome(lambda t: yamlfile._load_yaml(PATH, t, loader), text)
+
+
+LOADERS = [yamlfile._PyLineLoader, *([yamlfile._LineLoader] if yaml.__with_libyaml__ else [])]
+# Documents the direct build hands to the generic path (and one it keeps): a merge key, tags on
+# collections, duplicate and unhashable keys, a scalar the constructor refuses, depth past its limit.
+GIVEN_UP = [
+    "a: {x: 1}\njobs:\n  - {<<: {x: 2}, name: b}\n", "jobs: !!set {? a, ? a}\n", "jobs: !!omap [a: 1, b: 2]\n",
+    "jobs:\n  - name: a\n    name: b\n", "jobs: {? [a, b] : 1}\n", "jobs: {? {a: 1} : 1}\n",
+    "jobs: {1: a, 1: b, true: c, '1': d}\n", "jobs: !!int\n", "jobs: !!timestamp 2030-13-45\n",
+    "jobs: !!float x\n", "x: !!binary '%%'\n", "= : 1\n", "- " * 70 + "x\n", "[" * 70 + "]" * 70 + "\n",
+    "jobs:\n  - {name: a, at: 2030-01-01 10:00:00, retries: 3, on: yes, x: ~, y: 1.5, z: 0o17}\n",
+]
+
+
+@pytest.mark.parametrize("loader", LOADERS, ids=lambda loader: loader.__name__)
+@pytest.mark.parametrize("text", [*SNIPPETS, *GIVEN_UP])
+def test_the_direct_build_gives_the_generic_values_and_errors(loader: Any, text: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    assert generic_outcome(loader, text, True, monkeypatch) == generic_outcome(loader, text, False, monkeypatch)
+
+
+@pytest.mark.parametrize("loader", LOADERS, ids=lambda loader: loader.__name__)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(dumped, mutated, tricky_texts))
+def test_generated_documents_build_directly_as_generically(loader: Any, text: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    text = as_read_from_a_file(text)
+    assert generic_outcome(loader, text, True, monkeypatch) == generic_outcome(loader, text, False, monkeypatch)
+
+
+def test_a_jobs_file_is_built_directly_not_generically(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path is the one taken for a plain jobs file (not a fallback that hides it)."""
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the generic construction was used")
+
+    monkeypatch.setattr(yaml.constructor.BaseConstructor, "construct_document", refuse)
+    text = "jobs:\n  - name: a\n    every: 1h\n    retries: 2\n    command: [echo, hi]\n    env: {A: '1'}\n"
+    for loader in LOADERS:
+        document = yamlfile._load_yaml(PATH, text, loader)
+        job = document["jobs"][0]
+        assert job == {"name": "a", "every": "1h", "retries": 2, "command": ["echo", "hi"], "env": {"A": "1"}}
+        assert (job.line, job.key_lines) == (2, {"name": 2, "every": 3, "retries": 4, "command": 5, "env": 6})
+
+
+def test_a_document_past_the_node_limit_is_refused_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(yamlfile, "MAX_EXPANDED_NODES", 5)
+    for loader in LOADERS:
+        with pytest.raises(ConfigError, match="refused: its aliases expand to more than"):
+            yamlfile._load_yaml(PATH, "jobs: [a, b, c, d, e]\n", loader)
+        assert yamlfile._load_yaml(PATH, "jobs: [a, b]\n", loader) == {"jobs": ["a", "b"]}
