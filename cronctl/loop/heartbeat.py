@@ -7,8 +7,8 @@ Every tick the loop overwrites `heartbeat.tick`, a fixed-size record created whe
 starts to lead, in place: one pwrite, no new inode, no new block (so it works on a full
 disk too). `scheduler.json` is written whole (temp file and rename) when what it says
 changes (generation, running runs, a clean stop), and at least every
-`HEARTBEAT_FILE_EVERY` seconds: a rename costs about 0.2 ms of CPU, and once a second
-that was most of an idle loop's cost. Readers take the tick from whichever of the two
+`HEARTBEAT_FILE_EVERY` seconds (an idle loop's 5 s beat: each beat): a rename costs about
+0.2 ms of CPU, and once a second that was most of an idle loop's cost. Readers take the tick from whichever of the two
 is newer (`read_heartbeat`), so `status` sees every tick; a reader of the file alone
 sees a `last_tick_at` at most that many seconds old.
 
@@ -115,10 +115,17 @@ class HeartbeatWriter:
         """One tick: the tick record, and scheduler.json when what it says changed or it is
         due (or its last write failed). Returns what failed, if anything."""
         said = (generation, active_runs, self.clock_jump)
-        due = self.clock.monotonic() - self._said_at >= HEARTBEAT_FILE_EVERY
+        due = self._file_due(self.clock.monotonic() - self._said_at)
         if self._problem is not None or said != self._said or due:
             return self.write(generation=generation, ticks=ticks, active_runs=active_runs, stopped_cleanly=False)
         return self._tick(ticks, active_runs)
+
+    def _file_due(self, age: float) -> bool:
+        """Whether scheduler.json, written `age` seconds ago, is rewritten at this beat: when
+        HEARTBEAT_FILE_EVERY has passed, or when it would be more than a second past it at the
+        next beat (`period` away): an idle loop's 5 s beat writes it each time, a loop that
+        ticks every second every fifth tick."""
+        return age >= HEARTBEAT_FILE_EVERY or age + self.period > HEARTBEAT_FILE_EVERY + 1.0
 
     def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
         """Write scheduler.json whole, then the tick record; returns what failed, if anything."""
