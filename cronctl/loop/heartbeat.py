@@ -130,9 +130,14 @@ class HeartbeatWriter:
     def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
         """Write scheduler.json whole, then the tick record; returns what failed, if anything."""
         now_mono = self.clock.monotonic()
+        # The tick record first: its pwrite lets go of the GIL, and after the rename below it
+        # would hand it to the store watch the rename wakes (loop/storewatch.py) and wait to get
+        # it back, a second wake-up of this thread per beat. It says the file's last error; when
+        # this write changes that, the record is written again below.
+        before, told = self._problem, self._tick(ticks, active_runs)
         try:
             # The temp file in control/, renamed into the home: the store watch on the home
-            # (loop/storewatch.py) then wakes once for this rewrite, not also for the temp's close.
+            # then wakes once for this rewrite, not also for the temp's close.
             write_json_atomic(self.paths.heartbeat, {
                 "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
                 "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
@@ -145,7 +150,7 @@ class HeartbeatWriter:
             self._said, self._said_at = (generation, active_runs, self.clock_jump), now_mono
         except OSError as exc:
             self._problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
-        return self._tick(ticks, active_runs)
+        return told if self._problem == before else self._tick(ticks, active_runs)
 
     def _tick(self, ticks: int, active_runs: int) -> str | None:
         """The tick record, with scheduler.json's last error; returns what failed, if anything."""
