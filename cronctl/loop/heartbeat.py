@@ -7,8 +7,8 @@ Every tick the loop overwrites `heartbeat.tick`, a fixed-size record created whe
 starts to lead, in place: one pwrite, no new inode, no new block (so it works on a full
 disk too). `scheduler.json` is written whole (temp file and rename) when what it says
 changes (generation, running runs, a clean stop), and at least every
-`HEARTBEAT_FILE_EVERY` seconds: a rename costs about 0.2 ms of CPU, and once a second
-that was most of an idle loop's cost. Readers take the tick from whichever of the two
+`HEARTBEAT_FILE_EVERY` seconds (an idle loop's 5 s beat: each beat): a rename costs about
+0.2 ms of CPU, and once a second that was most of an idle loop's cost. Readers take the tick from whichever of the two
 is newer (`read_heartbeat`), so `status` sees every tick; a reader of the file alone
 sees a `last_tick_at` at most that many seconds old.
 
@@ -115,17 +115,29 @@ class HeartbeatWriter:
         """One tick: the tick record, and scheduler.json when what it says changed or it is
         due (or its last write failed). Returns what failed, if anything."""
         said = (generation, active_runs, self.clock_jump)
-        due = self.clock.monotonic() - self._said_at >= HEARTBEAT_FILE_EVERY
+        due = self._file_due(self.clock.monotonic() - self._said_at)
         if self._problem is not None or said != self._said or due:
             return self.write(generation=generation, ticks=ticks, active_runs=active_runs, stopped_cleanly=False)
         return self._tick(ticks, active_runs)
 
+    def _file_due(self, age: float) -> bool:
+        """Whether scheduler.json, written `age` seconds ago, is rewritten at this beat: when
+        HEARTBEAT_FILE_EVERY has passed, or when it would be more than a second past it at the
+        next beat (`period` away): an idle loop's 5 s beat writes it each time, a loop that
+        ticks every second every fifth tick."""
+        return age >= HEARTBEAT_FILE_EVERY or age + self.period > HEARTBEAT_FILE_EVERY + 1.0
+
     def write(self, *, generation: str | None, ticks: int, active_runs: int, stopped_cleanly: bool) -> str | None:
         """Write scheduler.json whole, then the tick record; returns what failed, if anything."""
         now_mono = self.clock.monotonic()
+        # The tick record first: its pwrite lets go of the GIL, and after the rename below it
+        # would hand it to the store watch the rename wakes (loop/storewatch.py) and wait to get
+        # it back, a second wake-up of this thread per beat. It says the file's last error; when
+        # this write changes that, the record is written again below.
+        before, told = self._problem, self._tick(ticks, active_runs)
         try:
             # The temp file in control/, renamed into the home: the store watch on the home
-            # (loop/storewatch.py) then wakes once for this rewrite, not also for the temp's close.
+            # then wakes once for this rewrite, not also for the temp's close.
             write_json_atomic(self.paths.heartbeat, {
                 "pid": os.getpid(), "start_time": self.identity.start_time if self.identity else None,
                 "boot_id": self.boot, "generation": generation, "started_at": to_iso(self.started_at),
@@ -138,7 +150,7 @@ class HeartbeatWriter:
             self._said, self._said_at = (generation, active_runs, self.clock_jump), now_mono
         except OSError as exc:
             self._problem = f"{self.paths.heartbeat.name}: {exc.strerror or exc}"
-        return self._tick(ticks, active_runs)
+        return told if self._problem == before else self._tick(ticks, active_runs)
 
     def _tick(self, ticks: int, active_runs: int) -> str | None:
         """The tick record, with scheduler.json's last error; returns what failed, if anything."""

@@ -58,13 +58,18 @@ if TYPE_CHECKING:  # the PostgreSQL side is imported only when a loop runs on it
     from cronctl.loop.endpoint import Endpoint, Handler, Reply, Route
 
 WATCHDOG_PERIOD = 0.5
-IDLE_WATCH_PERIOD = 10.0  # the main thread's look for a silent tick thread without systemd or --file
+# Without systemd or --file the main thread looks for a silent tick thread when it could
+# first be silent for stall_after (no sooner than WATCHDOG_PERIOD), and every this often
+# once it was reported.
+IDLE_WATCH_PERIOD = 10.0
 # An idle loop on the JSON store (nothing running, claimed, owed or watched, nothing due
 # sooner) beats this often instead of every second: its wake-ups were nearly all of its
 # CPU. What others write to the store wakes it at once (loop/storewatch.py), requests to it
-# come with SIGUSR1, and the beat stays well inside HEARTBEAT_STALE_AFTER, so `status`
-# judges it as before.
-IDLE_BEAT = 3.0
+# come with SIGUSR1, and the beat stays inside HEARTBEAT_STALE_AFTER, so `status` judges it
+# as before. Each idle beat also rewrites scheduler.json (loop/heartbeat.py: it may never be
+# older than HEARTBEAT_FILE_EVERY, the same 5 s): 0.2 wake-ups a second, where a 3 s beat
+# writing the file every other beat made 0.33.
+IDLE_BEAT = 5.0
 
 
 @dataclass
@@ -297,12 +302,12 @@ class Scheduler:
     def _watch(self) -> None:
         # Only systemd's watchdog and --file need a look twice a second; otherwise the main
         # thread waits on the tick thread itself, which wakes it at once if that thread ends
-        # (died, or stopping), and looks for a silent one every few seconds: waking twice a
-        # second for nothing was a quarter of an idle loop's CPU.
+        # (died, or stopping), and looks for a silent one when it could first be: waking twice a
+        # second for nothing was a quarter of an idle loop's CPU, every 10 s still a twentieth.
         needs_polling = self.service.watch_period is not None or self.options.file is not None
         period = min(WATCHDOG_PERIOD, self.service.watch_period or WATCHDOG_PERIOD)
         while not self.stop_event.is_set():
-            self._wait_for_trouble(period if needs_polling else IDLE_WATCH_PERIOD)
+            self._wait_for_trouble(period if needs_polling else self._stall_look_in())
             if self.stop_event.is_set():
                 break
             self._watchdog()
@@ -310,6 +315,13 @@ class Scheduler:
                 self.service.watch(self.generation.last_beat, self.service_status)
             if self.options.file is not None:
                 self._apply_file(initial=False)
+
+    def _stall_look_in(self) -> float:
+        """Seconds until the tick thread, if it beats no more, is silent for stall_after."""
+        gen = self.generation
+        if gen is None or gen.stall_reported:
+            return IDLE_WATCH_PERIOD
+        return max(WATCHDOG_PERIOD, gen.last_beat + self.options.stall_after - self.ctx.clock.monotonic())
 
     def _wait_for_trouble(self, period: float) -> None:
         gen = self.generation

@@ -85,3 +85,18 @@ def test_a_file_that_cannot_be_written_is_retried_every_tick_and_the_tick_record
     assert beats.beat(generation="g1", ticks=3, active_runs=0) is None
     assert written(home)["ticks"] == 3
     assert read_json(tick_path(paths))["error"] is None
+
+
+def test_an_idle_beat_rewrites_the_file_each_time_so_it_is_never_older_than_its_bound(home: Path) -> None:
+    clock = FakeClock()
+    beats = writer(home, clock)
+    beats.period = 5.0  # an idle loop's beat (loop/scheduler.py IDLE_BEAT)
+    beats.beat(generation="g1", ticks=1, active_runs=0)
+    for tick in range(2, 5):
+        clock.advance(5.0)
+        beats.beat(generation="g1", ticks=tick, active_runs=0)
+        assert written(home)["ticks"] == tick  # at the next beat it would be 10 s old
+    beats.period = 1.0
+    clock.advance(1.0)
+    beats.beat(generation="g1", ticks=5, active_runs=0)  # back to 1 s ticks: the file waits its 5 s
+    assert written(home)["ticks"] == 4
