@@ -14,6 +14,7 @@ import queue
 import signal
 import sys
 import threading
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -401,10 +402,7 @@ class Engine:
     # --- dispatch ----------------------------------------------------------------
 
     def dispatch(self, batch: ClaimBatch) -> None:
-        for new in batch.claims:
-            for old in new.replaces:
-                if old in self.active:
-                    self.supervisor.kill(old, "replaced")
+        self._kill_replaced(batch.claims)
         self.warm_hops.before_start(batch.claims)
         spawned = self._spawn_all(batch.claims)
         self.warm_hops.dispatched(batch.claims)
@@ -420,12 +418,24 @@ class Engine:
             for run in spawned:
                 self.supervisor.cancel_gate(run.run_id)
             raise
-        kept_ids = {run.run_id for run in kept}
-        self._confirm(sorted(kept_ids), began)  # the dispatch restarted their leases
+        # The dispatch restarted their leases; their run.started rows were written with the mark.
+        self._open_kept(spawned, {run.run_id for run in kept}, began)
+
+    def _kill_replaced(self, claims: Iterable[NewClaim]) -> None:
+        """The runs these claims replace (overlap: replace), killed if this loop runs them."""
+        for new in claims:
+            for old in new.replaces:
+                if old in self.active:
+                    self.supervisor.kill(old, "replaced")
+
+    def _open_kept(self, spawned: Iterable[Dispatched], kept: set[str], began: float) -> None:
+        """The gates of the runs a write marked dispatched opened, their leases confirmed from
+        `began`; a spawned run it did not keep is cancelled at its gate (it ends not_started)."""
+        self._confirm(sorted(kept), began)
         for run in spawned:
-            if run.run_id not in kept_ids:
+            if run.run_id not in kept:
                 self.supervisor.cancel_gate(run.run_id)
-        self.supervisor.open_gates(sorted(kept_ids))  # their run.started rows: written with the mark
+        self.supervisor.open_gates(sorted(kept))
 
     def _capacity(self) -> int | None:
         """How many more runs --max-parallel allows (None: no limit); 0 marks us saturated."""
@@ -565,16 +575,8 @@ class Engine:
         """Open the gates of the hop's runs its claim write marked dispatched (run.started rows
         written with it); one it did not keep is cancelled at its gate, as dispatch does."""
         kept = {run.run_id for run in batch.dispatched}
-        for new in batch.claims:
-            if new.run_id in kept:
-                for old in new.replaces:
-                    if old in self.active:
-                        self.supervisor.kill(old, "replaced")
-        self._confirm(sorted(kept), self._claim_began)  # the claim write restarted their leases
-        for run in started:
-            if run.run_id not in kept:
-                self.supervisor.cancel_gate(run.run_id)
-        self.supervisor.open_gates(sorted(kept))
+        self._kill_replaced(new for new in batch.claims if new.run_id in kept)
+        self._open_kept(started, kept, self._claim_began)  # the claim write restarted their leases
         self.warm_hops.dispatched([new for new in batch.claims if new.run_id in kept])
 
     def _after_finish(self, run: ActiveRun | None, done: Finished) -> None:
