@@ -101,6 +101,23 @@ def test_an_adopted_warm_child_runs_the_command_with_the_runs_environment_and_lo
     assert argv.log_path.read_text() == "one  two $HOME\n"
 
 
+def test_a_warm_child_holds_none_of_the_stores_keys_in_its_environment_or_its_runs(
+        sup: tuple[Supervisor, Results], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §9, secrets stay with cronctl: a warm child is spawned before any run, from the
+    loop's own environment, so it must be stripped as a fresh child is (proc/childenv.py)."""
+    monkeypatch.setenv("CRONCTL_STORE", "postgresql://cronctl:s3cret-url@db/cronctl")
+    monkeypatch.setenv("PGPASSWORD", "s3cret-pg")
+    supervisor, results = sup
+    assert supervisor.warm.fill(1, lambda: False) == 1
+    (pid,) = warm_children(supervisor)
+    assert b"s3cret" not in Path(f"/proc/{pid}/environ").read_bytes(), "nothing of the store in the waiting shell"
+    req = request(tmp_path, 'echo "store=${CRONCTL_STORE-unset} pg=${PGPASSWORD-unset}"')
+    assert supervisor.spawn_gated(req, warm=True).pid == pid
+    supervisor.open_gates([req.run_id])
+    assert results.wait(req.run_id).status == "success"
+    assert req.log_path.read_text() == "store=unset pg=unset\n"
+
+
 def test_nothing_of_a_warm_run_begins_before_its_gate_and_a_cancelled_one_never_begins(
         sup: tuple[Supervisor, Results], tmp_path: Path) -> None:
     supervisor, results = sup
