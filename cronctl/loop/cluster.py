@@ -46,6 +46,9 @@ SWEEP_EVERY_S = 10.0
 # Retries after a failed beat: 0.1 s doubling to this cap, so a database that is back is
 # seen within it (SPEC §9: a loop reconnects within 5 s).
 BACKOFF_CAP_S = 2.0
+# The service manager's status line counts the jobs at most this often (loop/notify.py sends it
+# every 10 s or with each watchdog ping).
+JOB_COUNT_EVERY_S = 60.0
 # SPEC §9: skew is measured only from round trips shorter than this; a slow one (a stall that
 # ended, a busy server) says more about the network than about the clocks.
 SKEW_ROUND_TRIP_MAX_S = 0.5
@@ -59,24 +62,44 @@ class ClusterDueIndex:
     is an empty document.
     """
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, monotonic: Callable[[], float]) -> None:
         self.cluster = cluster
+        self.monotonic = monotonic
         self.next_due: datetime | None = None
         self.next_ahead: datetime | None = None
         self.ahead_count = 0
-        self.job_count = 0
         self.doc: dict[str, Any] = {"jobs": {}}
         self._stale = True
+        self._job_count = 0
+        self._count_asked = False
+        self._counted_at: float | None = None
+
+    @property
+    def job_count(self) -> int:
+        """How many jobs (the service manager's status line), as last counted: asking never waits
+        on the database (the watchdog's thread asks); the tick thread counts at its next refresh."""
+        self._count_asked = True
+        return self._job_count
 
     def feed(self, beat: Beat) -> None:
         self.next_due, self.next_ahead, self.ahead_count = beat.next_due, beat.next_ahead, beat.ahead_count
         self._stale = False
 
     def refresh(self) -> None:
+        self._count_if_asked()
         if not self._stale:
             return
-        self.next_due, self.next_ahead, self.ahead_count, self.job_count = self.cluster.next_instants()
+        self.next_due, self.next_ahead, self.ahead_count = self.cluster.next_instants()
         self._stale = False
+
+    def _count_if_asked(self) -> None:
+        """A count reads every row (and, while an `apply -f` is open, its uncommitted ones: issue
+        21), so it is made only when the status line was asked for, at most every JOB_COUNT_EVERY_S."""
+        mono = self.monotonic()
+        if not self._count_asked or (self._counted_at is not None and mono - self._counted_at < JOB_COUNT_EVERY_S):
+            return
+        self._job_count = self.cluster.job_count()
+        self._count_asked, self._counted_at = False, mono
 
     def invalidate(self) -> None:
         self._stale = True
@@ -138,7 +161,7 @@ class ClusterMember:
         self.clock = clock
         self.me = LoopIdentity(uuid.uuid4(), host, boot, pid, pid_start)
         self.home = home
-        self.due = ClusterDueIndex(cluster)
+        self.due = ClusterDueIndex(cluster, clock.monotonic)
         self.skew_s = 0.0
         self.outage: Outage | None = None
         self.needs_healing = True  # the first tick sweeps

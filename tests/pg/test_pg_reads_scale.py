@@ -217,11 +217,11 @@ def _insert_due_in(conn: Connection, name: str, delay: timedelta) -> None:
 def test_the_next_slot_to_claim_ahead_is_looked_for_within_the_horizon(conn: Connection) -> None:
     with conn.transaction():
         _insert_due_in(conn, "far", loops.AHEAD_HORIZON + timedelta(minutes=5))
-    _, ahead, count, _ = loops.next_instants(conn)
+    _, ahead, count = loops.next_instants(conn)
     assert (ahead, count) == (None, 0)  # found once it is within the horizon
     with conn.transaction():
         _insert_due_in(conn, "near", timedelta(minutes=1))
-    _, ahead, count, _ = loops.next_instants(conn)
+    _, ahead, count = loops.next_instants(conn)
     assert ahead is not None and count == 1
     assert timedelta(0) < ahead - datetime.now(timezone.utc) <= timedelta(minutes=1)
 

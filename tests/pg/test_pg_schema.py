@@ -150,9 +150,25 @@ def test_version_6_adds_the_read_indexes_to_a_version_5_database_with_its_rows(c
     with conn.transaction():
         conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state)"
                      " VALUES ('a', '{}', 'skip', '{\"last_status\": \"error\"}'), ('b', '{}', 'skip', '{}')")
-    assert ensure_schema(conn) == SCHEMA_VERSION == 6
+    assert ensure_schema(conn, MIGRATIONS[:6]) == 6
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         odd = conn.execute("SELECT name FROM cronctl_jobs WHERE " + ODD_JOB).fetchall()
         indexes = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'cronctl_jobs'")}
     assert odd == [("a",)] and {"cronctl_jobs_prefix", "cronctl_jobs_odd"} <= indexes
+
+
+def test_version_7_adds_the_loop_read_index_to_a_version_6_database_with_its_rows(conn: Connection) -> None:
+    """Issue 21: the notify worker's read of the jobs owing a notification is a range of an index."""
+    from cronctl.store.pg.schema import MIGRATIONS, OWES_NOTIFY
+
+    assert ensure_schema(conn, MIGRATIONS[:6]) == 6
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state) VALUES"
+                     " ('a', '{}', 'skip', '{\"notify_owed\": {\"k\": {}}}'), ('b', '{}', 'skip', '{}')")
+    assert ensure_schema(conn) == SCHEMA_VERSION == 7
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        owed = conn.execute("SELECT name FROM cronctl_jobs WHERE " + OWES_NOTIFY).fetchall()
+        used = conn.execute("EXPLAIN SELECT name FROM cronctl_jobs WHERE " + OWES_NOTIFY).fetchall()
+    assert owed == [("a",)] and "cronctl_jobs_owed" in " ".join(row[0] for row in used)

@@ -136,9 +136,13 @@ class PgCluster:
         beat: Beat = self._run(query)
         return beat
 
-    def next_instants(self) -> tuple[datetime | None, datetime | None, int, int]:
-        instants: tuple[datetime | None, datetime | None, int, int] = self._run(loops.next_instants)
+    def next_instants(self) -> tuple[datetime | None, datetime | None, int]:
+        instants: tuple[datetime | None, datetime | None, int] = self._run(loops.next_instants)
         return instants
+
+    def job_count(self) -> int:
+        count: int = self._run(loops.job_count)
+        return count
 
     def audit(self, me: LoopIdentity, event: AuditEvent, **details: Any) -> None:
         self._run(lambda conn: loops.audit(conn, me, event, **details))
