@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from cronctl.context import Context
 from cronctl.errors import ConfigError, ConflictError, ScheduleError, no_job_named
-from cronctl.jobs.jobfile import build_spec, load_jobs_file
+from cronctl.jobs.jobfile import LoadedFile, build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
 from cronctl.ops import chain_rules
@@ -247,11 +247,13 @@ def validate_file(path: str, now: datetime, allow_past: bool = False) -> tuple[l
 
 
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
-               force: bool = False, watched: bool = False, allow_past: bool = False) -> ApplyPlan:
+               force: bool = False, watched: bool = False, allow_past: bool = False,
+               load: Callable[[str], LoadedFile] = load_jobs_file) -> ApplyPlan:
     """Apply a jobs file. `watched` is `run -f`: the file is the source of truth for the jobs
     it created, so they are pruned; one with a running run is not refused (the loop must go
-    on) but left in `prune_waiting`, for the loop to apply again once its runs end."""
-    loaded = load_jobs_file(path)
+    on) but left in `prune_waiting`, for the loop to apply again once its runs end. `load`:
+    how the file is read (the `apply` command parses a big one on an idle thread)."""
+    loaded = load(path)
     check_spawnable(loaded.specs, str(loaded.path))
     source = str(loaded.path)
     now = ctx.clock.now()

@@ -4,6 +4,7 @@ lowered priority cannot be raised again by an unprivileged process."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from cronctl.cli import yield_cpu
+from cronctl.errors import ConfigError
 
 
 def jobs_text(count: int) -> str:
@@ -85,6 +87,53 @@ def test_the_process_priority_really_drops_for_a_big_file(tmp_path: Path, size: 
 
 
 def _current_niceness() -> int:
-    import os
-
     return os.nice(0)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_work_in_an_idle_thread_runs_under_sched_idle_and_the_caller_keeps_its_policy() -> None:
+    before = os.sched_getscheduler(0)
+    assert yield_cpu.in_idle_thread(lambda: os.sched_getscheduler(0)) == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == before != os.SCHED_IDLE
+
+
+def test_an_idle_threads_error_is_raised_to_the_caller() -> None:
+    def broken() -> None:
+        raise ConfigError(["jobs.yaml:3: job 'x': field 'every': bad"])
+
+    with pytest.raises(ConfigError, match="field 'every'"):
+        yield_cpu.in_idle_thread(broken)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_a_big_apply_parses_on_an_idle_thread_and_writes_on_its_own(cli: Any, home: Path, tmp_path: Path,
+                                                                    nice_calls: list[int],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write holds rows in a transaction: it keeps the process's priority (niced +10), never idle."""
+    from cronctl.jobs import jobfile
+    from cronctl.ops import definitions
+
+    policies: dict[str, int] = {}
+    load, execute = jobfile.load_jobs_file, definitions._execute_apply
+
+    def parse(path: str) -> Any:
+        policies["parse"] = os.sched_getscheduler(0)
+        return load(path)
+
+    def write(*args: Any) -> Any:
+        policies["write"] = os.sched_getscheduler(0)
+        return execute(*args)
+
+    monkeypatch.setattr(jobfile, "load_jobs_file", parse)
+    monkeypatch.setattr(definitions, "_execute_apply", write)
+    path = tmp_path / "jobs.yaml"
+    path.write_text(jobs_text(5))
+    monkeypatch.setattr(yield_cpu, "BIG_FILE_BYTES", 1 << 30)
+    assert cli("apply", "-f", str(path)).code == 0
+    assert policies == {"parse": os.SCHED_OTHER, "write": os.SCHED_OTHER}  # a small file: as it was
+    monkeypatch.setattr(yield_cpu, "BIG_FILE_BYTES", 200)
+    path.write_text(jobs_text(6))
+    result = cli("apply", "-f", str(path))
+    assert result.code == 0, result.err
+    assert policies == {"parse": os.SCHED_IDLE, "write": os.SCHED_OTHER}
+    assert nice_calls == [yield_cpu.NICENESS]
