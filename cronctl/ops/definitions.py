@@ -237,8 +237,7 @@ def validate_file(path: str, now: datetime, allow_past: bool = False) -> tuple[l
     """The file's jobs and its warnings (a past one-shot `at` with allow_past); raises
     ConfigError when invalid. Without the store it cannot tell a one-shot that already
     fired: every past `at` is refused unless allow_past (apply refuses only new ones)."""
-    loaded = load_jobs_file(path)
-    check_spawnable(loaded.specs, str(loaded.path))
+    loaded = load_checked(path)
     chain_rules.check_file(str(loaded.path), loaded.specs)
     if not allow_past:
         refuse_past_at(loaded.specs, now,
@@ -246,15 +245,21 @@ def validate_file(path: str, now: datetime, allow_past: bool = False) -> tuple[l
     return loaded.specs, loaded.warnings(now)
 
 
+def load_checked(path: str) -> LoadedFile:
+    """The jobs file, its commands checked spawnable: all an apply reads before the store."""
+    loaded = load_jobs_file(path)
+    check_spawnable(loaded.specs, str(loaded.path))
+    return loaded
+
+
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
                force: bool = False, watched: bool = False, allow_past: bool = False,
-               load: Callable[[str], LoadedFile] = load_jobs_file) -> ApplyPlan:
+               load: Callable[[str], LoadedFile] = load_checked) -> ApplyPlan:
     """Apply a jobs file. `watched` is `run -f`: the file is the source of truth for the jobs
     it created, so they are pruned; one with a running run is not refused (the loop must go
     on) but left in `prune_waiting`, for the loop to apply again once its runs end. `load`:
-    how the file is read (the `apply` command parses a big one on an idle thread)."""
+    `load_checked`, or how the caller runs it (the `apply` command: a big file on an idle thread)."""
     loaded = load(path)
-    check_spawnable(loaded.specs, str(loaded.path))
     source = str(loaded.path)
     now = ctx.clock.now()
     names = [spec.name for spec in loaded.specs]

@@ -110,21 +110,20 @@ def test_a_big_apply_parses_on_an_idle_thread_and_writes_on_its_own(cli: Any, ho
                                                                     nice_calls: list[int],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The write holds rows in a transaction: it keeps the process's priority (niced +10), never idle."""
-    from cronctl.jobs import jobfile
     from cronctl.ops import definitions
 
     policies: dict[str, int] = {}
-    load, execute = jobfile.load_jobs_file, definitions._execute_apply
+    load, execute = definitions.check_spawnable, definitions._execute_apply
 
-    def parse(path: str) -> Any:
+    def parse(*args: Any) -> Any:  # the last step of the parse
         policies["parse"] = os.sched_getscheduler(0)
-        return load(path)
+        return load(*args)
 
     def write(*args: Any) -> Any:
         policies["write"] = os.sched_getscheduler(0)
         return execute(*args)
 
-    monkeypatch.setattr(jobfile, "load_jobs_file", parse)
+    monkeypatch.setattr(definitions, "check_spawnable", parse)
     monkeypatch.setattr(definitions, "_execute_apply", write)
     path = tmp_path / "jobs.yaml"
     path.write_text(jobs_text(5))
