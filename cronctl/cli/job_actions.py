@@ -131,17 +131,14 @@ def resume(name: str | None = None, all_jobs: bool = False, json_out: bool = Fal
 def apply(file: str | Path, prune: bool = False, dry_run: bool = False, force: bool = False,
           json_out: bool = False, allow_past: bool = False) -> None:
     from cronctl.cli.yield_cpu import in_idle_thread, yield_cpu_for
-    from cronctl.jobs.jobfile import LoadedFile
     from cronctl.ops import definitions as ops
 
-    def load_idle(path: str) -> LoadedFile:
-        return in_idle_thread(lambda: ops.load_checked(path))
-
-    # A big file's parse and write leave the host's loops their CPU first (yield_cpu.py).
+    # A big file's parse and write leave the host's loops their CPU first (yield_cpu.py): its
+    # parse and its new rows made on an idle thread before the write (ops/apply_ahead.py).
     big = yield_cpu_for(file)
     # str(Path(...)): the file as typer hands it over ("./jobs.yaml" is "jobs.yaml"), either way in.
     plan = ops.apply_file(open_context(), str(Path(file)), prune=prune, dry_run=dry_run, force=force,
-                          allow_past=allow_past, load=load_idle if big else ops.load_checked)
+                          allow_past=allow_past, ahead=in_idle_thread if big else None)
     for warning in plan.warnings:
         render.warn(warning)
     if json_out:

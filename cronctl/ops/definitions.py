@@ -14,6 +14,7 @@ from cronctl.jobs.jobfile import LoadedFile, build_spec, load_jobs_file
 from cronctl.jobs.state import JobView, entry_from, get_entry, new_state
 from cronctl.models import FAILED_STATUSES, AuditEvent, JobSpec
 from cronctl.ops import chain_rules
+from cronctl.ops.apply_ahead import Fresh, Runner, prepare_new_jobs
 from cronctl.schedule.slots import fire_at, first_slot, grid_step, slots_from
 from cronctl.store.definitions import DefinitionsEdit, already_exists
 from cronctl.timefmt import from_iso, to_iso
@@ -254,14 +255,16 @@ def load_checked(path: str) -> LoadedFile:
 
 def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = False,
                force: bool = False, watched: bool = False, allow_past: bool = False,
-               load: Callable[[str], LoadedFile] = load_checked) -> ApplyPlan:
+               ahead: Runner | None = None) -> ApplyPlan:
     """Apply a jobs file. `watched` is `run -f`: the file is the source of truth for the jobs
     it created, so they are pruned; one with a running run is not refused (the loop must go
-    on) but left in `prune_waiting`, for the loop to apply again once its runs end. `load`:
-    `load_checked`, or how the caller runs it (the `apply` command: a big file on an idle thread)."""
-    loaded = load(path)
+    on) but left in `prune_waiting`, for the loop to apply again once its runs end. `ahead`:
+    where the parse and the new jobs' rows are made before the write (the `apply` command: a
+    big file on an idle thread, ops/apply_ahead.py); None: the parse here, the rows in the write."""
+    loaded = ahead(lambda: load_checked(path)) if ahead else load_checked(path)
     source = str(loaded.path)
     now = ctx.clock.now()
+    made = prepare_new_jobs(ctx, loaded.specs, now, source, ahead) if ahead and not dry_run else Fresh(now, source)
     names = [spec.name for spec in loaded.specs]
     with ctx.definitions.editing(names, source=source if prune or watched else None) as edit:
         plan = _plan_apply(edit.entries, loaded.specs, source, prune or watched)
@@ -280,9 +283,9 @@ def apply_file(ctx: Context, path: str, prune: bool = False, dry_run: bool = Fal
         plan.warnings = loaded.warnings(now, done)
         if dry_run:
             return plan
-        _execute_apply(edit, plan, loaded.specs, now)
+        _execute_apply(edit, plan, loaded.specs, made)
         plan.applied = True
-        edit.audit(_audit_rows(plan, {spec.name: spec.schedule_text for spec in loaded.specs}))
+        edit.audit(_audit_rows(plan, {spec.name: spec.schedule_text for spec in loaded.specs}, made))
     return plan
 
 
@@ -322,29 +325,28 @@ def _defer_running_prunes(entries: Mapping[str, dict[str, Any]], plan: ApplyPlan
     plan.prune = [n for n in plan.prune if n not in waiting]
 
 
-def _execute_apply(edit: DefinitionsEdit, plan: ApplyPlan, specs: list[JobSpec], now: datetime) -> None:
+def _execute_apply(edit: DefinitionsEdit, plan: ApplyPlan, specs: list[JobSpec], fresh: Fresh) -> None:
     running = [n for n in plan.prune if JobView.from_entry(edit.entries[n]).claims]
     if running:
         raise ConflictError(f"cannot prune running job(s) {', '.join(running)}; wait for them or kill them first")
     created, adopted = set(plan.create), set(plan.adopt)  # sets: a file may define 100,000 jobs
     for spec in specs:
         if spec.name in created:
-            edit.add(entry_from(spec, new_state(now, first_slot(spec, now))))
+            edit.add(fresh.entry(spec))
         elif spec.name in plan.update or spec.name in adopted:
             old = JobView.from_entry(edit.entries[spec.name])
             state = dict(old.state)
-            _reschedule_if_needed(old.spec, spec, state, now)
-            state["updated_at"] = to_iso(now)
+            _reschedule_if_needed(old.spec, spec, state, fresh.now)
+            state["updated_at"] = to_iso(fresh.now)
             edit.replace(spec.name, entry_from(spec, state))
     for name in plan.prune:
         edit.remove(name)
 
 
-def _audit_rows(plan: ApplyPlan, schedules: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+def _audit_rows(plan: ApplyPlan, schedules: dict[str, str], fresh: Fresh) -> list[tuple[str, dict[str, Any]]]:
     # One write for the whole burst (a file may add 100,000 jobs); the rows are append's.
     return [
-        *((AuditEvent.JOB_ADDED, {"job": name, "source": plan.file, "schedule": schedules.get(name)})
-          for name in plan.create),
+        *(fresh.added_row(name, schedules.get(name)) for name in plan.create),
         *((AuditEvent.JOB_UPDATED, {"job": name, "source": plan.file, "fields": changed, "by": "apply"})
           for name, changed in plan.update.items()),
         *((AuditEvent.JOB_UPDATED, {"job": name, "source": plan.file, "by": "apply", "adopted": True})

@@ -76,6 +76,12 @@ class Definitions(Protocol):
         defined; the body's changes and audit rows are written on a clean exit, nothing on
         an exception."""
 
+    def prepare(self, entries: Mapping[str, dict[str, Any]], rows: AuditRows) -> None:
+        """Work the next `editing` may reuse, done now, before its transaction opens: new jobs'
+        entries (by name) and audit rows it may write. The write uses what was prepared only for
+        the very same objects (`add(entries[name])`, `audit([... rows[i] ...])`); the rest it
+        encodes itself. A store with nothing to gain does nothing."""
+
 
 class JsonEdit:
     """A `DefinitionsEdit` over the document of one store transaction."""
@@ -139,3 +145,6 @@ class JsonDefinitions:
         # After the document is in place, as every definitions command always wrote them.
         if edit.rows:
             self.audit.append_many(edit.rows)
+
+    def prepare(self, entries: Mapping[str, dict[str, Any]], rows: AuditRows) -> None:
+        """Nothing: the document is encoded whole at its write, under the store's lock."""

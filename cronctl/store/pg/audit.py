@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from cronctl.models import AuditEvent
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.copy_text import write_lines
 from cronctl.timefmt import to_iso
 
 
@@ -95,12 +96,11 @@ def _plain(value: Any) -> bool:
     return False
 
 
-def insert_audit_rows(conn: Connection, params: list[tuple[Any, ...]]) -> None:
-    """`PgAuditLog.prepare`'s rows (auditlog.py), inside the caller's transaction: one COPY
-    stream, whatever their number (`apply -f` of 100,000 jobs writes 100,000 rows)."""
-    if not params:
+def insert_audit_rows(conn: Connection, lines: list[bytes]) -> None:
+    """`PgAuditLog.prepare`'s rows (auditlog.py), COPY lines, inside the caller's transaction: one
+    COPY stream, whatever their number (`apply -f` of 100,000 jobs writes 100,000 rows)."""
+    if not lines:
         return
     with conn.cursor() as cur, cur.copy("COPY cronctl_audit (event, job, run_id, slot, reason, host_id, details)"
                                         " FROM STDIN") as copy:
-        for row in params:
-            copy.write_row(row)
+        write_lines(copy, lines, conn.info.encoding)

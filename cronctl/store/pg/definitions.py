@@ -30,6 +30,7 @@ from cronctl.store.claims import wake_at
 from cronctl.store.definitions import AuditRows, DefinitionsEdit, already_exists
 from cronctl.store.pg.audit import dumps, insert_audit_rows, json_text
 from cronctl.store.pg.connect import Connection, StoreUrl
+from cronctl.store.pg.copy_text import Ahead, copy_line, write_lines
 from cronctl.store.pg.document import load_jobs
 from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.pg.transaction import Limits, short_transaction
@@ -62,8 +63,9 @@ _END_REMOVED_RUNS = """UPDATE cronctl_runs SET state = 'killed', reason = 'remov
 class PgEdit:
     """A `DefinitionsEdit` over the rows one transaction locked."""
 
-    def __init__(self, conn: Connection, entries: dict[str, Any]) -> None:
+    def __init__(self, conn: Connection, entries: dict[str, Any], ahead: Ahead[bytes] | None = None) -> None:
         self.conn = conn
+        self.ahead = ahead or Ahead()
         self._entries = entries
         self._specs = {name: spec_of(entry) for name, entry in entries.items()}  # as read
         self.added: dict[str, dict[str, Any]] = {}
@@ -126,15 +128,11 @@ class PgEdit:
             raise added_meanwhile(names if len(names) == 1 else []) from None
 
     def _copy(self, names: list[str]) -> None:
-        # COPY: one stream for any number of rows (`apply -f` of 100,000 jobs), not a round trip each.
+        # COPY: one stream for any number of rows (`apply -f` of 100,000 jobs), not a round trip
+        # each; the lines `PgDefinitions.prepare` encoded before this transaction are only sent.
+        lines = (self.ahead.take(name, self.added[name]) or job_line(name, self.added[name]) for name in names)
         with self.conn.cursor() as cur, cur.copy(_COPY) as copy:
-            for name in names:
-                entry = self.added[name]
-                state = stored_state(entry)
-                # A spec is `JobSpec.to_dict`'s and a new state `new_state`'s: plain data.
-                copy.write_row((name, json_text(spec_of(entry), plain=True), overlap_of(entry),
-                                paused_of(entry, state), from_iso(state.get("next_run_at")),
-                                wake_at({**entry, "state": state}), json_text(state, plain=True)))
+            write_lines(copy, lines, self.conn.info.encoding)
 
     def _update_row(self, name: str, entry: dict[str, Any]) -> tuple[Any, ...]:
         spec, state = spec_of(entry), stored_state(entry)
@@ -150,6 +148,15 @@ def added_meanwhile(names: list[str]) -> CronctlError:
     listed = ", ".join(f"'{name}'" for name in names) or "of this file"
     return StoreError(f"job {listed} was added meanwhile by another writer of the PostgreSQL store; "
                       "nothing was changed: try again")
+
+
+def job_line(name: str, entry: dict[str, Any]) -> bytes:
+    """A new job's row as COPY (`_COPY`) reads it."""
+    state = stored_state(entry)
+    # A spec is `JobSpec.to_dict`'s and a new state `new_state`'s: plain data.
+    return copy_line((name, json_text(spec_of(entry), plain=True), overlap_of(entry), paused_of(entry, state),
+                      from_iso(state.get("next_run_at")), wake_at({**entry, "state": state}),
+                      json_text(state, plain=True)))
 
 
 def spec_of(entry: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +191,11 @@ class Session(Protocol):
 class AuditWriter(Protocol):
     """The database's audit log (`store.pg.auditlog.PgAuditLog`): rows made ready, told once written."""
 
-    def prepare(self, rows: AuditRows) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]: ...
+    def prepare(self, rows: AuditRows) -> tuple[list[dict[str, Any]], list[bytes]]: ...
+
+    def prepare_ahead(self, rows: AuditRows) -> None: ...
+
+    def forget_ahead(self) -> None: ...
 
     def tell(self, written: list[dict[str, Any]]) -> None: ...
 
@@ -195,6 +206,14 @@ class PgDefinitions:
     def __init__(self, session: Session, audit: AuditWriter) -> None:
         self.session = session
         self.audit_log = audit
+        self.ahead: Ahead[bytes] = Ahead()
+
+    def prepare(self, entries: Mapping[str, dict[str, Any]], rows: AuditRows) -> None:
+        """New jobs' rows and audit rows encoded now, before the write that may add them opens its
+        transaction (issue 21: `apply -f` does this on an idle thread); no connection is used."""
+        for name, entry in entries.items():
+            self.ahead.keep(name, entry, job_line(name, entry))
+        self.audit_log.prepare_ahead(rows)
 
     def get(self, name: str) -> dict[str, Any] | None:
         with self._read() as conn:
@@ -206,20 +225,28 @@ class PgDefinitions:
 
     @contextmanager
     def editing(self, names: Collection[str] | None, source: str | None = None) -> Iterator[DefinitionsEdit]:
-        url = self.session.url
-        with told_failures(url) as stage:
+        try:
+            with self._transaction() as conn:
+                where, params = _locked(names, source)
+                edit = PgEdit(conn, load_jobs(conn, where, params, "FOR UPDATE"), self.ahead)
+                yield edit
+                edit.write(self.session.url.shown)
+                written, audit_lines = self.audit_log.prepare(edit.rows)
+                if audit_lines:
+                    insert_audit_rows(conn, audit_lines)
+            self.audit_log.tell(written)
+        finally:
+            self.ahead.clear()  # what `prepare` made is for the next write only
+            self.audit_log.forget_ahead()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with told_failures(self.session.url) as stage:
             conn = self.session.conn()
             with self.session.lock, short_transaction(conn, DEFINITIONS_LIMITS):
                 take_xact_lock(conn, DEFINITIONS_LOCK_KEY, DEFINITIONS_LIMITS.lock_s, "the change", shared=True)
-                where, params = _locked(names, source)
-                edit = PgEdit(conn, load_jobs(conn, where, params, "FOR UPDATE"))
-                yield edit
-                edit.write(url.shown)
-                written, audit_params = self.audit_log.prepare(edit.rows)
-                if audit_params:
-                    insert_audit_rows(conn, audit_params)
+                yield conn
                 stage.committing = True  # what fails from here failed the COMMIT itself
-        self.audit_log.tell(written)
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
