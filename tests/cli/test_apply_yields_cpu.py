@@ -109,11 +109,12 @@ def test_an_idle_threads_error_is_raised_to_the_caller() -> None:
 def test_a_big_apply_parses_on_an_idle_thread_and_writes_on_its_own(cli: Any, home: Path, tmp_path: Path,
                                                                     nice_calls: list[int],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The write holds rows in a transaction: it keeps the process's priority (niced +10), never idle."""
-    from cronctl.ops import definitions
+    """The write holds rows in a transaction: it keeps the process's priority (niced +10), never
+    idle; the new jobs' entries are made before it, on the idle thread too (ops/apply_ahead.py)."""
+    from cronctl.ops import apply_ahead, definitions
 
     policies: dict[str, int] = {}
-    load, execute = definitions.check_spawnable, definitions._execute_apply
+    load, execute, make = definitions.check_spawnable, definitions._execute_apply, apply_ahead.new_entry
 
     def parse(*args: Any) -> Any:  # the last step of the parse
         policies["parse"] = os.sched_getscheduler(0)
@@ -123,16 +124,22 @@ def test_a_big_apply_parses_on_an_idle_thread_and_writes_on_its_own(cli: Any, ho
         policies["write"] = os.sched_getscheduler(0)
         return execute(*args)
 
+    def new_entry(*args: Any) -> Any:
+        policies["new entry"] = os.sched_getscheduler(0)
+        return make(*args)
+
     monkeypatch.setattr(definitions, "check_spawnable", parse)
     monkeypatch.setattr(definitions, "_execute_apply", write)
+    monkeypatch.setattr(apply_ahead, "new_entry", new_entry)
     path = tmp_path / "jobs.yaml"
     path.write_text(jobs_text(5))
     monkeypatch.setattr(yield_cpu, "BIG_FILE_BYTES", 1 << 30)
     assert cli("apply", "-f", str(path)).code == 0
-    assert policies == {"parse": os.SCHED_OTHER, "write": os.SCHED_OTHER}  # a small file: as it was
+    assert policies == {"parse": os.SCHED_OTHER, "write": os.SCHED_OTHER,  # a small file: as it was
+                        "new entry": os.SCHED_OTHER}
     monkeypatch.setattr(yield_cpu, "BIG_FILE_BYTES", 200)
     path.write_text(jobs_text(6))
     result = cli("apply", "-f", str(path))
     assert result.code == 0, result.err
-    assert policies == {"parse": os.SCHED_IDLE, "write": os.SCHED_OTHER}
+    assert policies == {"parse": os.SCHED_IDLE, "write": os.SCHED_OTHER, "new entry": os.SCHED_IDLE}
     assert nice_calls == [yield_cpu.NICENESS]

@@ -97,6 +97,25 @@ def test_an_exception_in_the_body_writes_nothing_and_no_audit_row(ctx: Context) 
     assert events(ctx, "job.added") == []
 
 
+def test_what_was_prepared_is_written_only_for_the_very_objects_the_write_adds(ctx: Context) -> None:
+    """`prepare` (a big `apply -f`, before its transaction): the write takes what was prepared for
+    the objects it adds, encodes any other itself, and writes nothing prepared that it was not given."""
+    made_a, made_b, made_c = entry("a"), entry("b"), entry("c")
+    row_a = (AuditEvent.JOB_ADDED, {"job": "a", "source": "jobs.yaml"})
+    row_b = (AuditEvent.JOB_ADDED, {"job": "b", "source": "jobs.yaml"})
+    ctx.definitions.prepare({"a": made_a, "b": made_b, "c": made_c}, [row_a, row_b])
+    with ctx.definitions.editing(["a", "b"]) as edit:
+        edit.add(made_a)
+        edit.add(entry("b", command="false"))  # made again since: written as it is now
+        edit.audit([row_a, (AuditEvent.JOB_ADDED, {"job": "b", "source": "other.yaml"})])
+    got_a, got_b = ctx.definitions.get("a"), ctx.definitions.get("b")
+    assert got_a is not None and got_a["command"] == "true" and got_a["state"] == made_a["state"]
+    assert got_b is not None and got_b["command"] == "false"
+    assert ctx.definitions.names() == {"a", "b"}  # c was prepared, never added
+    added = {row["job"]: row["source"] for row in ctx.audit.rows() if row["event"] == "job.added"}
+    assert added == {"a": "jobs.yaml", "b": "other.yaml"}
+
+
 def test_linked_specs_give_the_upstreams_asked_for(ctx: Context) -> None:
     define(ctx, entry("up"), entry("other"))
     with ctx.definitions.editing(["new"]) as edit:
