@@ -7,7 +7,8 @@ a batch write nobody waits on to the millisecond; a loop is late by whatever it 
 A niceness of +10 gives a loop about nine times the apply's share of a busy core and costs
 the apply nothing on an idle one (a priority only weighs where processes compete).
 
-The parse goes further (`in_idle_thread`): it runs on a thread of the SCHED_IDLE policy, which
+The parse, and the new jobs' rows made before the write (ops/apply_ahead.py), go further
+(`in_idle_thread`): they run on a thread of the SCHED_IDLE policy, which
 any other thread that wakes on its core preempts at once. A niceness is only a share: a loop
 waking beside a nice +10 parse still waited (p50 lateness 17 -> 30 ms beside a bare nice +10
 spin on this 2-core machine, 20 -> 23 ms beside a SCHED_IDLE one; issue 21, v7idx). The write
