@@ -150,7 +150,7 @@ def test_version_6_adds_the_read_indexes_to_a_version_5_database_with_its_rows(c
     with conn.transaction():
         conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state)"
                      " VALUES ('a', '{}', 'skip', '{\"last_status\": \"error\"}'), ('b', '{}', 'skip', '{}')")
-    assert ensure_schema(conn) == SCHEMA_VERSION == 6
+    assert ensure_schema(conn, MIGRATIONS[:6]) == 6
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         odd = conn.execute("SELECT name FROM cronctl_jobs WHERE " + ODD_JOB).fetchall()

@@ -17,6 +17,7 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from cronctl.models import AuditEvent
+from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import to_iso
 
@@ -32,17 +33,26 @@ class AuditRow:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None) -> None:
-    """Insert `rows` inside the caller's transaction: they commit or vanish with its decision."""
+def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None,
+                server_side: bool = False) -> None:
+    """Insert `rows` inside the caller's transaction: they commit or vanish with its decision.
+    `server_side`: through the `cronctl_audit` function (functions.py: the run path's, planned
+    once per backend), the same rows in the same order."""
     insert_audit(conn, [(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
                          Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
-                        for row in rows], loop_id, host_id)
+                        for row in rows], loop_id, host_id, server_side)
 
 
-def insert_audit(conn: Connection, rows: list[tuple[Any, ...]], loop_id: UUID | None, host_id: str | None) -> None:
+def insert_audit(conn: Connection, rows: list[tuple[Any, ...]], loop_id: UUID | None, host_id: str | None,
+                 server_side: bool = False) -> None:
     """Rows of (event, job, run_id, slot, fence, reason, details as Jsonb), in one statement."""
-    if rows:
-        conn.execute(_INSERT, (loop_id, host_id, *[list(column) for column in zip(*rows, strict=True)]))
+    if not rows:
+        return
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    if server_side:
+        functions.audit(conn, loop_id, host_id, columns)
+    else:
+        conn.execute(_INSERT, (loop_id, host_id, *columns))
 
 
 # One statement, never a pipeline (executemany): PostgreSQL times nothing between a pipeline's

@@ -34,7 +34,7 @@ from psycopg.types.json import Jsonb
 from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.store.claims import Event, wake_at
-from cronctl.store.pg import chain_rows
+from cronctl.store.pg import chain_rows, functions
 from cronctl.store.pg.audit import AuditRow, dumps, write_audit
 from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
@@ -126,18 +126,39 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
         if meta:
             save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
                                       if dump(tx.doc.get(key)) != meta_before[key]})
-        write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
+        write_audit(conn, [audit_row(event) for event in tx.events], None, host_id, server_side=True)
 
 
 def _lock_jobs(conn: Connection, where: str, params: dict[str, Any], skip_locked: bool,
                plan: ChainPlan | None) -> dict[str, Any]:
-    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own."""
+    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own.
+
+    The run path's two shapes, rows by name (waiting) and the due rows (SKIP LOCKED), are locked
+    by server-side functions (functions.py: planned once per backend); any other, here."""
     jobs: dict[str, Any] = {}
     if plan is not None and plan.jobs:
-        jobs = load_jobs(conn, "name = ANY(%(chain_jobs)s)", {"chain_jobs": plan.jobs}, "FOR UPDATE")
+        jobs = locked_entries(functions.lock_named(conn, plan.jobs))
         if plan.covers:
             return jobs
-    jobs.update(load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"))
+    if where == functions.BY_NAMES and not skip_locked:
+        jobs.update(locked_entries(functions.lock_named(conn, params["names"])))
+    elif where == functions.DUE and skip_locked:
+        jobs.update(locked_entries(functions.lock_due(conn, params["now"])))
+    else:
+        jobs.update(load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"))
+    return jobs
+
+
+def locked_entries(rows: list[functions.LIVE_ROWS]) -> dict[str, Any]:
+    """`load_jobs`'s entries (with a lock: claims as stored) from a locking function's rows."""
+    jobs: dict[str, Any] = {}
+    for name, spec, state, run_id, claim, host in rows:
+        if run_id is None:
+            jobs[name] = {**spec, "state": dict(state)}
+            continue
+        if isinstance(claim.get("owner"), dict):
+            claim["owner"]["host"] = host  # whose pid it is: judged here only on its own host
+        jobs[name]["state"].setdefault("claims", {})[run_id] = claim
     return jobs
 
 
@@ -199,8 +220,7 @@ def load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
 
 
 def _lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
-    return conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
-                        (keys,)).fetchall()
+    return functions.lock_meta(conn, keys)
 
 
 def save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
@@ -231,28 +251,15 @@ def save_jobs(tx: DocTransaction) -> None:
         _save_claims(tx, name, entry, before, claims)
         updates.append((Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")),
                         wake_at({**entry, "state": state}), bool(entry.get("paused") or state.get("paused")), name))
-    if updates:
-        tx.conn.execute(_UPDATE_JOBS, [list(column) for column in zip(*updates, strict=True)])
-    if tx.fired:
-        tx.conn.execute(_RAISE_MARKS, ([job for job, _ in tx.fired], [slot for _, slot in tx.fired]))
+    if updates or tx.fired:
+        # The changed rows as arrays, and the high-water marks raised (only ever forward: a slot
+        # at or before its mark has fired), in one call: one statement, never a pipeline
+        # (executemany). Between the messages of a pipeline PostgreSQL runs neither
+        # statement_timeout nor the idle-in-transaction timeout, so a network that stalls there
+        # kept the job row locks for ever (issue 20); one statement ends in its Sync, after
+        # which the idle timeout of `short_transaction` runs.
+        functions.save_jobs(tx.conn, updates, tx.fired)
         tx.fired.clear()
-
-
-# The changed job rows, as arrays: one statement, never a pipeline (executemany). Between the
-# messages of a pipeline PostgreSQL runs neither statement_timeout nor the idle-in-transaction
-# timeout, so a network that stalls there kept the job row locks for ever (issue 20); one
-# statement ends in its Sync, after which the idle timeout of `short_transaction` runs.
-_UPDATE_JOBS = """UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
-                         paused = u.paused, updated_at = clock_timestamp()
-                    FROM unnest(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[], %s::text[])
-                         AS u(state, next_run_at, wake_at, paused, name)
-                   WHERE j.name = u.name"""
-
-# Only ever forward: a slot at or before the mark has fired (or was passed over for good).
-_RAISE_MARKS = """UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
-                    FROM (SELECT name, max(slot) AS slot FROM unnest(%s::text[], %s::timestamptz[]) AS u(name, slot)
-                           GROUP BY name) AS k
-                   WHERE j.name = k.name"""
 
 
 def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],
