@@ -17,7 +17,6 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from cronctl.models import AuditEvent
-from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import to_iso
 
@@ -33,26 +32,22 @@ class AuditRow:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None,
-                server_side: bool = False) -> None:
-    """Insert `rows` inside the caller's transaction: they commit or vanish with its decision.
-    `server_side`: through the `cronctl_audit` function (functions.py: the run path's, planned
-    once per backend), the same rows in the same order."""
-    insert_audit(conn, [(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
-                         Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
-                        for row in rows], loop_id, host_id, server_side)
+def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None) -> None:
+    """Insert `rows` inside the caller's transaction: they commit or vanish with its decision."""
+    if rows:
+        conn.execute(_INSERT, (loop_id, host_id, *audit_columns(rows)))
 
 
-def insert_audit(conn: Connection, rows: list[tuple[Any, ...]], loop_id: UUID | None, host_id: str | None,
-                 server_side: bool = False) -> None:
-    """Rows of (event, job, run_id, slot, fence, reason, details as Jsonb), in one statement."""
-    if not rows:
-        return
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    if server_side:
-        functions.audit(conn, loop_id, host_id, columns)
-    else:
-        conn.execute(_INSERT, (loop_id, host_id, *columns))
+def audit_columns(rows: list[AuditRow]) -> list[list[Any]]:
+    """`rows` as the columns (event, job, run_id, slot, fence, reason, details as Jsonb) one
+    statement inserts (here, or the lease units' `cronctl_end_unit`: store/pg/functions.py)."""
+    return insert_columns([(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
+                            Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
+                           for row in rows])
+
+
+def insert_columns(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 # One statement, never a pipeline (executemany): PostgreSQL times nothing between a pipeline's

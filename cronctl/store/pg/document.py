@@ -35,7 +35,7 @@ from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.store.claims import Event, wake_at
 from cronctl.store.pg import chain_rows, functions
-from cronctl.store.pg.audit import AuditRow, dumps, write_audit
+from cronctl.store.pg.audit import AuditRow, audit_columns, dumps
 from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.transaction import short_transaction
@@ -119,14 +119,16 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
             tx.doc.update(load_meta(conn, host_id))
         meta_before = {key: dump(tx.doc.get(key)) for key in META_KEYS}
         yield tx
-        save_jobs(tx)
+        updates = save_jobs(tx)
         if "chains" in tx.doc:
             chain_rows.save_chains(conn, tx.chains_before, tx.doc["chains"], dump)
         chain_rows.insert_skip_runs(conn, host_id, tx.events)
-        if meta:
-            save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
-                                      if dump(tx.doc.get(key)) != meta_before[key]})
-        write_audit(conn, [audit_row(event) for event in tx.events], None, host_id, server_side=True)
+        changed_meta = {meta_key(key, host_id): Jsonb(tx.doc.get(key) or {}, dumps=dumps) for key in META_KEYS
+                        if meta and dump(tx.doc.get(key)) != meta_before[key]}
+        # The job rows, the marks, the meta rows and the audit rows: one call (functions._END_UNIT).
+        functions.end_unit(conn, updates, tx.fired, changed_meta, host_id,
+                           audit_columns([audit_row(event) for event in tx.events]))
+        tx.fired.clear()
 
 
 def _lock_jobs(conn: Connection, where: str, params: dict[str, Any], skip_locked: bool,
@@ -223,15 +225,10 @@ def _lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
     return functions.lock_meta(conn, keys)
 
 
-def save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
-    for key, value in changed.items():
-        conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s",
-                     (Jsonb(value, dumps=dumps), meta_key(key, host_id)))
-
-
-def save_jobs(tx: DocTransaction) -> None:
-    """Each changed job's state and claims, of rows that exist (a job new to this
-    transaction is inserted by the caller first: its claims before are none).
+def save_jobs(tx: DocTransaction) -> list[tuple[Any, ...]]:
+    """Each changed job's claims, as runs rows, of job rows that exist (a job new to this
+    transaction is inserted by the caller first: its claims before are none); its state, as
+    the row update returned, which the unit's end writes (`functions.end_unit`).
 
     The job rows go in one statement at the end (`resume` of 10,000 jobs: one round trip, not
     10,000); their order against the runs rows does not matter in one transaction.
@@ -251,15 +248,7 @@ def save_jobs(tx: DocTransaction) -> None:
         _save_claims(tx, name, entry, before, claims)
         updates.append((Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")),
                         wake_at({**entry, "state": state}), bool(entry.get("paused") or state.get("paused")), name))
-    if updates or tx.fired:
-        # The changed rows as arrays, and the high-water marks raised (only ever forward: a slot
-        # at or before its mark has fired), in one call: one statement, never a pipeline
-        # (executemany). Between the messages of a pipeline PostgreSQL runs neither
-        # statement_timeout nor the idle-in-transaction timeout, so a network that stalls there
-        # kept the job row locks for ever (issue 20); one statement ends in its Sync, after
-        # which the idle timeout of `short_transaction` runs.
-        functions.save_jobs(tx.conn, updates, tx.fired)
-        tx.fired.clear()
+    return updates
 
 
 def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],
@@ -273,31 +262,21 @@ def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: di
         if run_id not in before:
             _insert_run(tx, job, entry, claim)
         elif claim != before[run_id]:
-            tx.conn.execute("UPDATE cronctl_runs SET claim = %s, state = %s, pid = %s, pid_start = %s,"
-                            " dispatched_at = %s, lease_expires_at = %s WHERE run_id = %s",
-                            (Jsonb(claim, dumps=dumps), _live_state(claim), *_child(claim),
-                             from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), run_id))
+            functions.update_claim(tx.conn, (run_id, Jsonb(claim, dumps=dumps), _live_state(claim), *_child(claim),
+                                             from_iso(claim.get("started_at")), from_iso(claim.get("lease_until"))))
     for run_id in before.keys() - after.keys():
         record = tx.records.get(run_id)
         if record is None:
             tx.conn.execute("DELETE FROM cronctl_runs WHERE run_id = %s", (run_id,))
             continue
-        tx.conn.execute(
-            "UPDATE cronctl_runs SET state = %s, reason = %s, fault = %s, exit_code = %s, signal = %s,"
-            " duration_s = %s, output_tail = %s, ended_at = %s, lease_expires_at = NULL, claim = NULL, record = %s"
-            " WHERE run_id = %s",
-            (record["status"], record.get("reason"), record.get("fault"), record.get("exit_code"),
-             record.get("signal"), record.get("duration"), tx.tails.get(run_id, _text(record.get("output_tail"))),
-             from_iso(record["ended_at"]),
-             Jsonb(record, dumps=dumps), run_id))
+        functions.end_run(tx.conn, (
+            run_id, record["status"], record.get("reason"), record.get("fault"), record.get("exit_code"),
+            record.get("signal"), record.get("duration"), tx.tails.get(run_id, _text(record.get("output_tail"))),
+            from_iso(record["ended_at"]), Jsonb(record, dumps=dumps)))
 
 
 def _insert_run(tx: DocTransaction, job: str, entry: dict[str, Any], claim: dict[str, Any]) -> None:
-    tx.conn.execute(
-        """INSERT INTO cronctl_runs (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id,
-               boot_id, pid, pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-        (claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
+    functions.insert_run(tx.conn, (claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
          entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
          tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
          from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim, dumps=dumps)))

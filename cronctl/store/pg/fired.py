@@ -1,6 +1,6 @@
 """A slot that already fired is not claimed again: its (job, slot, attempt) has a run
 (`cronctl_runs_once`), or it is at or before its job's high-water mark `last_slot` (the
-latest scheduled slot dispatched, raised by document.save_jobs, never lowered).
+latest scheduled slot dispatched, raised at a unit's end: functions._END_UNIT, never lowered).
 
 The pure claim functions decide from the job's `next_run_at`, which a definition written
 with a clock behind the database's (or a one-shot put back on its instant) can move back

@@ -39,6 +39,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import psycopg
+from psycopg.rows import TupleRow
+
 from cronctl.store.pg.connect import Connection
 
 # The two shapes of the job rows a lease unit locks that these functions lock (store/pg/unit.py
@@ -153,12 +156,18 @@ BEGIN
          WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;
 END $$"""
 
-# document.save_jobs: the changed job rows (arrays, one statement: never a pipeline, issue 20),
-# then the high-water marks raised by the scheduled runs dispatched (only ever forward).
-_SAVE_JOBS = """
-CREATE OR REPLACE FUNCTION cronctl_save_jobs(states jsonb[], next_runs timestamptz[], wakes timestamptz[],
-                                             paused_now boolean[], names text[],
-                                             fired_jobs text[], fired_slots timestamptz[]) RETURNS void
+# The end of a unit (document.doc_transaction), one call: the changed job rows (arrays, one
+# statement: never a pipeline, whose gaps PostgreSQL does not time, issue 20), the high-water
+# marks raised by the scheduled runs dispatched (only ever forward), this host's changed
+# counters and metrics rows (locked when the unit began) and the unit's audit rows, in their
+# order (ids rise as the arrays go). Their rows were all locked before, so the order of these
+# writes against each other and the runs rows changes nothing.
+_END_UNIT = """
+CREATE OR REPLACE FUNCTION cronctl_end_unit(
+    states jsonb[], next_runs timestamptz[], wakes timestamptz[], paused_now boolean[], names text[],
+    fired_jobs text[], fired_slots timestamptz[], meta_keys text[], meta_values jsonb[],
+    host text, events text[], jobs text[], run_ids text[], slots timestamptz[], fences bigint[], reasons text[],
+    details jsonb[]) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     IF cardinality(names) > 0 THEN
@@ -173,20 +182,56 @@ BEGIN
                  GROUP BY u.name) AS k
          WHERE j.name = k.name;
     END IF;
+    IF cardinality(meta_keys) > 0 THEN
+        UPDATE cronctl_meta AS m SET value = u.value FROM unnest(meta_keys, meta_values) AS u(key, value)
+         WHERE m.key = u.key;
+    END IF;
+    IF cardinality(events) > 0 THEN
+        INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
+        SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, NULL, host
+          FROM unnest(events, jobs, run_ids, slots, fences, reasons, details)
+               WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
+         ORDER BY u.n;
+    END IF;
 END $$"""
 
-# audit.insert_audit: the rows in their order (ids rise as the arrays go).
-_AUDIT = """
-CREATE OR REPLACE FUNCTION cronctl_audit(loop_uuid uuid, host text, events text[], jobs text[], run_ids text[],
-                                         slots timestamptz[], fences bigint[], reasons text[], details jsonb[])
-RETURNS void
+# document._save_claims: a new claim's run row; a claim changed (dispatched, its lease moved);
+# an ended run (its history record). One row each, by its key (`run_id`, the primary key).
+_INSERT_RUN = """
+CREATE OR REPLACE FUNCTION cronctl_insert_run(
+    new_run text, new_job text, new_slot timestamptz, new_trigger text, new_attempt integer, new_exclusive boolean,
+    new_state text, new_late boolean, new_host text, new_boot text, new_pid integer, new_pid_start double precision,
+    new_claimed_at timestamptz, new_due_at timestamptz, new_dispatched_at timestamptz, new_lease timestamptz,
+    new_claim jsonb) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
-    SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, loop_uuid, host
-      FROM unnest(events, jobs, run_ids, slots, fences, reasons, details)
-           WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
-     ORDER BY u.n;
+    INSERT INTO cronctl_runs (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id, boot_id, pid,
+                              pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)
+    VALUES (new_run, new_job, new_slot, new_trigger, new_attempt, new_exclusive, new_state, new_late, new_host,
+            new_boot, new_pid, new_pid_start, new_claimed_at, new_due_at, new_dispatched_at, new_lease, new_claim);
+END $$"""
+
+_UPDATE_CLAIM = """
+CREATE OR REPLACE FUNCTION cronctl_update_claim(
+    run text, new_claim jsonb, new_state text, new_pid integer, new_pid_start double precision,
+    new_dispatched_at timestamptz, new_lease timestamptz) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    UPDATE cronctl_runs AS r SET claim = new_claim, state = new_state, pid = new_pid, pid_start = new_pid_start,
+           dispatched_at = new_dispatched_at, lease_expires_at = new_lease
+     WHERE r.run_id = run;
+END $$"""
+
+_END_RUN = """
+CREATE OR REPLACE FUNCTION cronctl_end_run(
+    run text, new_state text, new_reason text, new_fault text, new_exit_code integer, new_signal integer,
+    new_duration double precision, new_tail text, new_ended_at timestamptz, new_record jsonb) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    UPDATE cronctl_runs AS r SET state = new_state, reason = new_reason, fault = new_fault, exit_code = new_exit_code,
+           signal = new_signal, duration_s = new_duration, output_tail = new_tail, ended_at = new_ended_at,
+           lease_expires_at = NULL, claim = NULL, record = new_record
+     WHERE r.run_id = run;
 END $$"""
 
 # document.load_meta: this host's counters and metrics rows, locked in key order.
@@ -198,34 +243,50 @@ BEGIN
 END $$"""
 
 MIGRATION: tuple[str, ...] = (_LIVE_CLAIMS, _LOCK_NAMED, _LOCK_DUE, _NAMED_FIRST, _DEPENDANTS, _OPEN_CHAINS,
-                              _FIRED, _SAVE_JOBS, _AUDIT, _LOCK_META)
+                              _FIRED, _LOCK_META, _END_UNIT, _INSERT_RUN, _UPDATE_CLAIM, _END_RUN)
 
 LIVE_ROWS = tuple[str, Any, Any, str | None, Any, str | None]
+
+_CONTEXT = "\nCONTEXT:  "
+
+
+def call(conn: Connection, sql: str, params: tuple[Any, ...] = ()) -> psycopg.Cursor[TupleRow]:
+    """`conn.execute` of a call of one of these functions. An error raised inside it is raised as
+    the client's own statement raised it: the same class (so the same SQLSTATE, mapped the same
+    way: a lock timeout, a unique violation), and the same text, without the CONTEXT lines
+    libpq adds for a function (a store error stays the one line the user saw before)."""
+    try:
+        return conn.execute(sql, params)
+    except psycopg.Error as exc:
+        text = str(exc)
+        if _CONTEXT not in text:
+            raise
+        raise type(exc)(text.split(_CONTEXT, 1)[0]) from None
 
 
 def lock_named(conn: Connection, names: list[str]) -> list[LIVE_ROWS]:
     """The named job rows locked (FOR UPDATE, name order) and their live runs: see `_LOCK_NAMED`."""
-    return conn.execute("SELECT * FROM cronctl_lock_named(%s::text[])", (names,)).fetchall()
+    return call(conn, "SELECT * FROM cronctl_lock_named(%s::text[])", (names,)).fetchall()
 
 
 def lock_due(conn: Connection, due_by: datetime | None) -> list[LIVE_ROWS]:
     """The due job rows locked (SKIP LOCKED) and their live runs: see `_LOCK_DUE`."""
-    return conn.execute("SELECT * FROM cronctl_lock_due(%s::timestamptz)", (due_by,)).fetchall()
+    return call(conn, "SELECT * FROM cronctl_lock_due(%s::timestamptz)", (due_by,)).fetchall()
 
 
 def named_first(conn: Connection, names: list[str]) -> tuple[list[str], bool]:
     """The chains of the named jobs' live runs, and whether any job runs after one of them."""
-    row = conn.execute("SELECT * FROM cronctl_named_first(%s::text[])", (names,)).fetchone()
+    row = call(conn, "SELECT * FROM cronctl_named_first(%s::text[])", (names,)).fetchone()
     assert row is not None
     return [str(chain_id) for chain_id in row[0]], bool(row[1])
 
 
 def dependants(conn: Connection, names: list[str]) -> list[str]:
-    return [str(row[0]) for row in conn.execute("SELECT * FROM cronctl_dependants(%s::text[])", (names,)).fetchall()]
+    return [str(row[0]) for row in call(conn, "SELECT * FROM cronctl_dependants(%s::text[])", (names,)).fetchall()]
 
 
 def open_chains(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
-    return [(str(chain_id), chain) for chain_id, chain in conn.execute("SELECT * FROM cronctl_open_chains()")]
+    return [(str(chain_id), chain) for chain_id, chain in call(conn, "SELECT * FROM cronctl_open_chains()").fetchall()]
 
 
 def fired(conn: Connection, keys: list[tuple[str, datetime | None, int]]
@@ -233,8 +294,8 @@ def fired(conn: Connection, keys: list[tuple[str, datetime | None, int]]
     """The keys that already have their run, and the claimed jobs' high-water marks (fired.py)."""
     found: set[tuple[str, datetime, int]] = set()
     marks: dict[str, datetime] = {}
-    for job, slot, attempt, mark in conn.execute(
-            "SELECT * FROM cronctl_fired(%s::text[], %s::timestamptz[], %s::integer[])",
+    for job, slot, attempt, mark in call(
+            conn, "SELECT * FROM cronctl_fired(%s::text[], %s::timestamptz[], %s::integer[])",
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall():
         if attempt is None:
             marks[job] = mark
@@ -243,19 +304,38 @@ def fired(conn: Connection, keys: list[tuple[str, datetime | None, int]]
     return found, marks
 
 
-def save_jobs(conn: Connection, updates: list[tuple[Any, ...]], fired_slots: list[tuple[str, datetime]]) -> None:
-    """The changed job rows (state, next_run_at, wake_at, paused, name) and the raised high-water marks."""
-    columns = [list(column) for column in zip(*updates, strict=True)] if updates else [[]] * 5
-    conn.execute("SELECT cronctl_save_jobs(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[],"
-                 " %s::text[], %s::text[], %s::timestamptz[])",
-                 (*columns, [job for job, _ in fired_slots], [slot for _, slot in fired_slots]))
+def end_unit(conn: Connection, updates: list[tuple[Any, ...]], fired_slots: list[tuple[str, datetime]],
+             meta: dict[str, Any], host_id: str, audit: list[list[Any]]) -> None:
+    """The changed job rows (state, next_run_at, wake_at, paused, name), the raised high-water
+    marks, the changed meta rows (key: value as Jsonb) and the audit rows as columns (event,
+    job, run_id, slot, fence, reason, details): `_END_UNIT`."""
+    jobs = [list(column) for column in zip(*updates, strict=True)] if updates else [[]] * 5
+    call(conn, "SELECT cronctl_end_unit(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[], %s::text[],"
+         " %s::text[], %s::timestamptz[], %s::text[], %s::jsonb[], %s::text, %s::text[], %s::text[], %s::text[],"
+         " %s::timestamptz[], %s::bigint[], %s::text[], %s::jsonb[])",
+         (*jobs, [job for job, _ in fired_slots], [slot for _, slot in fired_slots], list(meta), list(meta.values()),
+          host_id, *(audit or [[]] * 7)))
 
 
-def audit(conn: Connection, loop_id: Any, host_id: str | None, columns: list[list[Any]]) -> None:
-    """Audit rows as columns (event, job, run_id, slot, fence, reason, details), in their order."""
-    conn.execute("SELECT cronctl_audit(%s::uuid, %s::text, %s::text[], %s::text[], %s::text[], %s::timestamptz[],"
-                 " %s::bigint[], %s::text[], %s::jsonb[])", (loop_id, host_id, *columns))
+def insert_run(conn: Connection, values: tuple[Any, ...]) -> None:
+    """One run row: (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id, boot_id,
+    pid, pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)."""
+    call(conn, "SELECT cronctl_insert_run(%s::text, %s::text, %s::timestamptz, %s::text, %s::integer, %s::boolean,"
+         " %s::text, %s::boolean, %s::text, %s::text, %s::integer, %s::double precision, %s::timestamptz,"
+         " %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::jsonb)", values)
+
+
+def update_claim(conn: Connection, values: tuple[Any, ...]) -> None:
+    """(run_id, claim, state, pid, pid_start, dispatched_at, lease_expires_at)."""
+    call(conn, "SELECT cronctl_update_claim(%s::text, %s::jsonb, %s::text, %s::integer, %s::double precision,"
+         " %s::timestamptz, %s::timestamptz)", values)
+
+
+def end_run(conn: Connection, values: tuple[Any, ...]) -> None:
+    """(run_id, state, reason, fault, exit_code, signal, duration_s, output_tail, ended_at, record)."""
+    call(conn, "SELECT cronctl_end_run(%s::text, %s::text, %s::text, %s::text, %s::integer, %s::integer,"
+         " %s::double precision, %s::text, %s::timestamptz, %s::jsonb)", values)
 
 
 def lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
-    return conn.execute("SELECT * FROM cronctl_lock_meta(%s::text[])", (keys,)).fetchall()
+    return call(conn, "SELECT * FROM cronctl_lock_meta(%s::text[])", (keys,)).fetchall()
