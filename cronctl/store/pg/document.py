@@ -125,9 +125,10 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
         chain_rows.insert_skip_runs(conn, host_id, tx.events)
         changed_meta = {meta_key(key, host_id): Jsonb(tx.doc.get(key) or {}, dumps=dumps) for key in META_KEYS
                         if meta and dump(tx.doc.get(key)) != meta_before[key]}
-        # The job rows, the marks, the meta rows and the audit rows: one call (functions._END_UNIT).
-        functions.end_unit(conn, updates, tx.fired, changed_meta, host_id,
-                           audit_columns([audit_row(event) for event in tx.events]))
+        if updates or tx.fired or changed_meta or tx.events:
+            # The job rows, the marks, the meta rows and the audit rows: one call (functions._END_UNIT).
+            functions.end_unit(conn, updates, tx.fired, changed_meta, host_id,
+                               audit_columns([audit_row(event) for event in tx.events]))
         tx.fired.clear()
 
 
@@ -276,10 +277,11 @@ def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: di
 
 
 def _insert_run(tx: DocTransaction, job: str, entry: dict[str, Any], claim: dict[str, Any]) -> None:
-    functions.insert_run(tx.conn, (claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
-         entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
-         tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
-         from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim, dumps=dumps)))
+    functions.insert_run(tx.conn, (
+        claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
+        entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
+        tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
+        from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim, dumps=dumps)))
 
 
 def _text(value: str | None) -> str | None:
