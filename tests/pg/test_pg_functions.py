@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -20,7 +21,7 @@ from psycopg.types.json import Jsonb
 from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.transaction import Limits, short_transaction
-from tests.pg.pghelp import put_due_job, wait_until_blocked
+from tests.pg.pghelp import db_now, one, put_due_job, wait_until_blocked
 
 
 def _insert_live_run(conn: Connection, job: str, run_id: str) -> None:
@@ -80,3 +81,20 @@ def test_the_due_scan_is_planned_with_its_instant_the_others_once(conn: Connecti
         modes = dict(conn.execute("SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'cronctl_%'").fetchall())
     assert modes.pop("cronctl_lock_due") == ["plan_cache_mode=force_custom_plan"]
     assert modes and set(map(tuple, modes.values())) == {("plan_cache_mode=force_generic_plan",)}
+
+
+def test_the_unit_end_raises_a_mark_only_forward_with_or_without_its_row(conn: Connection) -> None:
+    put_due_job(conn, "j")
+    now = db_now(conn)
+    earlier, later = now - timedelta(minutes=1), now + timedelta(minutes=1)
+
+    def end(fired: datetime, with_row: bool) -> Any:
+        row = [(Jsonb({"n": 1}), None, None, False, "j")] if with_row else []
+        with conn.transaction():
+            functions.end_unit(conn, row, [("j", fired)], {}, "host-a", [])
+            return conn.execute("SELECT last_slot FROM cronctl_jobs WHERE name = 'j'").fetchone()
+
+    assert end(now, with_row=False)[0] == now  # a mark of a row not otherwise written
+    assert end(earlier, with_row=True)[0] == now  # never backwards, the row written once
+    assert end(later, with_row=True)[0] == later
+    assert one(conn, "SELECT state FROM cronctl_jobs WHERE name = 'j'") == {"n": 1}

@@ -158,28 +158,34 @@ END $$"""
 
 # The end of a unit (document.doc_transaction), one call: the changed job rows (arrays, one
 # statement: never a pipeline, whose gaps PostgreSQL does not time, issue 20), the high-water
-# marks raised by the scheduled runs dispatched (only ever forward), this host's changed
+# marks raised by the scheduled runs dispatched (only ever forward; `fired_*` of rows written
+# here, `marked_*` of the others), this host's changed
 # counters and metrics rows (locked when the unit began) and the unit's audit rows, in their
 # order (ids rise as the arrays go). Their rows were all locked before, so the order of these
 # writes against each other and the runs rows changes nothing.
 _END_UNIT = """
 CREATE OR REPLACE FUNCTION cronctl_end_unit(
     states jsonb[], next_runs timestamptz[], wakes timestamptz[], paused_now boolean[], names text[],
-    fired_jobs text[], fired_slots timestamptz[], meta_keys text[], meta_values jsonb[],
+    fired_jobs text[], fired_slots timestamptz[], marked_jobs text[], marked_slots timestamptz[],
+    meta_keys text[], meta_values jsonb[],
     host text, events text[], jobs text[], run_ids text[], slots timestamptz[], fences bigint[], reasons text[],
     details jsonb[]) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     IF cardinality(names) > 0 THEN
+        -- A job whose run was dispatched gets its mark in the same row version (greatest() skips
+        -- the NULL of a job without one): a second UPDATE would write every index of the row again.
         UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
-               paused = u.paused, updated_at = clock_timestamp()
+               paused = u.paused, updated_at = clock_timestamp(), last_slot = greatest(j.last_slot, k.slot)
           FROM unnest(states, next_runs, wakes, paused_now, names) AS u(state, next_run_at, wake_at, paused, name)
+               LEFT JOIN (SELECT f.name, max(f.slot) AS slot FROM unnest(fired_jobs, fired_slots) AS f(name, slot)
+                           GROUP BY f.name) AS k ON k.name = u.name
          WHERE j.name = u.name;
     END IF;
-    IF cardinality(fired_jobs) > 0 THEN
+    IF cardinality(marked_jobs) > 0 THEN  -- the marks of jobs whose row is not otherwise written
         UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
-          FROM (SELECT u.name, max(u.slot) AS slot FROM unnest(fired_jobs, fired_slots) AS u(name, slot)
-                 GROUP BY u.name) AS k
+          FROM (SELECT m.name, max(m.slot) AS slot FROM unnest(marked_jobs, marked_slots) AS m(name, slot)
+                 GROUP BY m.name) AS k
          WHERE j.name = k.name;
     END IF;
     IF cardinality(meta_keys) > 0 THEN
@@ -310,11 +316,14 @@ def end_unit(conn: Connection, updates: list[tuple[Any, ...]], fired_slots: list
     marks, the changed meta rows (key: value as Jsonb) and the audit rows as columns (event,
     job, run_id, slot, fence, reason, details): `_END_UNIT`."""
     jobs = [list(column) for column in zip(*updates, strict=True)] if updates else [[]] * 5
+    written = set(jobs[4])
+    fired = [(job, slot) for job, slot in fired_slots if job in written]  # raised in the row's own update
+    marked = [(job, slot) for job, slot in fired_slots if job not in written]
     call(conn, "SELECT cronctl_end_unit(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[], %s::text[],"
-         " %s::text[], %s::timestamptz[], %s::text[], %s::jsonb[], %s::text, %s::text[], %s::text[], %s::text[],"
-         " %s::timestamptz[], %s::bigint[], %s::text[], %s::jsonb[])",
-         (*jobs, [job for job, _ in fired_slots], [slot for _, slot in fired_slots], list(meta), list(meta.values()),
-          host_id, *(audit or [[]] * 7)))
+         " %s::text[], %s::timestamptz[], %s::text[], %s::timestamptz[], %s::text[], %s::jsonb[], %s::text,"
+         " %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::bigint[], %s::text[], %s::jsonb[])",
+         (*jobs, [job for job, _ in fired], [slot for _, slot in fired], [job for job, _ in marked],
+          [slot for _, slot in marked], list(meta), list(meta.values()), host_id, *(audit or [[]] * 7)))
 
 
 def insert_run(conn: Connection, values: tuple[Any, ...]) -> None:
