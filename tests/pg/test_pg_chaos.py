@@ -85,7 +85,7 @@ def test_a_loop_whose_connection_is_terminated_mid_write_recovers_and_leaves_not
         try:
             wait_until(lambda: ledger.exists() and len(ledger.read_text().splitlines()) >= 3, timeout=60)
             for hit in range(20):
-                proxy.stall_after(b"INSERT INTO cronctl_audit")
+                proxy.stall_after(b"cronctl_end_unit")  # a unit's end: its audit rows (store/pg/functions.py)
                 wait_until(lambda hit=hit: proxy.stalls > hit, timeout=30, interval=0.01)
                 time.sleep(0.2)  # the server answered; the answer waits in the proxy
                 rows(store_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",

@@ -154,7 +154,8 @@ def test_a_stall_just_after_a_job_row_was_written_does_not_keep_its_lock_from_th
     a, b, run_id = _start_a_then_b(tmp_path, store_url, via)
     try:
         held = stalling.stalls
-        stalling.stall_after(b"UPDATE cronctl_jobs")  # the skip job's next slot is written every 2 s
+        # the call that writes a unit's job rows (store/pg/functions.py): the skip job's next slot, every 2 s
+        stalling.stall_after(b"cronctl_end_unit")
         wait_until(lambda: stalling.stalls > held, timeout=30, interval=0.01)
         wait_until(lambda: not processes_with_run_id(run_id), timeout=60)
         ended = time.monotonic()

@@ -35,15 +35,20 @@ class AuditRow:
 
 def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, host_id: str | None) -> None:
     """Insert `rows` inside the caller's transaction: they commit or vanish with its decision."""
-    insert_audit(conn, [(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
-                         Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
-                        for row in rows], loop_id, host_id)
-
-
-def insert_audit(conn: Connection, rows: list[tuple[Any, ...]], loop_id: UUID | None, host_id: str | None) -> None:
-    """Rows of (event, job, run_id, slot, fence, reason, details as Jsonb), in one statement."""
     if rows:
-        conn.execute(_INSERT, (loop_id, host_id, *[list(column) for column in zip(*rows, strict=True)]))
+        conn.execute(_INSERT, (loop_id, host_id, *audit_columns(rows)))
+
+
+def audit_columns(rows: list[AuditRow]) -> list[list[Any]]:
+    """`rows` as the columns (event, job, run_id, slot, fence, reason, details as Jsonb) one
+    statement inserts (here, or the lease units' `cronctl_end_unit`: store/pg/functions.py)."""
+    return insert_columns([(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
+                            Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
+                           for row in rows])
+
+
+def insert_columns(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 # One statement, never a pipeline (executemany): PostgreSQL times nothing between a pipeline's

@@ -30,12 +30,12 @@ from psycopg.types.json import Jsonb
 
 from cronctl.store import chain_doc, chain_skips
 from cronctl.store.claims import Event
+from cronctl.store.pg import functions
 from cronctl.store.pg.audit import dumps
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import from_iso
 
 _LIVE = ["claimed", "running"]
-_OPEN_CHAINS = "SELECT chain_id, chain FROM cronctl_chains WHERE ended_at IS NULL ORDER BY chain_id"
 
 
 @dataclass
@@ -79,20 +79,12 @@ def _nodes(chains: dict[str, dict[str, Any]]) -> set[str]:
     return {name for chain in chains.values() for name in chain["nodes"]}
 
 
-# The same, one level down: most jobs have no dependant, and this plans in a third of the
-# time of the recursive query (planning was most of the server time of a run's dispatch and
-# finish, issue 21); only a job with dependants then asks for all of them.
-_NAMED_FIRST = """
-SELECT (SELECT coalesce(array_agg(DISTINCT claim->>'chain'), '{}') FROM cronctl_runs
-         WHERE job = ANY(%(names)s) AND state = ANY(%(live)s) AND claim->>'chain' IS NOT NULL),
-       EXISTS (SELECT 1 FROM cronctl_jobs WHERE spec ? 'after' AND spec->'after' ?| %(names)s)"""
-
-
 def plan_named(conn: Connection, names: list[str]) -> ChainPlan | None:
     """A named unit: the chains its jobs' live runs belong to, and the jobs below its own."""
     params = {"names": names, "live": _LIVE}
-    first = conn.execute(_NAMED_FIRST, params).fetchone()
-    assert first is not None
+    # First one level down (functions._NAMED_FIRST): most jobs have no dependant, and that plans
+    # in a third of the time of the recursive query; only a job with dependants asks for all.
+    first = functions.named_first(conn, names)
     row = conn.execute(_NAMED, params).fetchone() if first[1] else (first[0], [])
     assert row is not None
     ids, below = [str(cid) for cid in row[0]], [str(name) for name in row[1]]
@@ -105,7 +97,7 @@ def plan_named(conn: Connection, names: list[str]) -> ChainPlan | None:
 def plan_due(conn: Connection) -> ChainPlan:
     """The claim write: open chains with a node to claim (ready, a retry, or running with its
     claim gone), those another loop holds left to it."""
-    open_chains = conn.execute(_OPEN_CHAINS).fetchall()
+    open_chains = functions.open_chains(conn)
     running = [node.get("run_id") for _, chain in open_chains for node in chain["nodes"].values()
                if node["status"] == chain_doc.RUNNING and node.get("run_id")]
     live = {str(row[0]) for row in conn.execute(
@@ -134,9 +126,7 @@ def dependants_of(conn: Connection, names: list[str]) -> list[str]:
     """The jobs that run after any of `names` (the GIN index on `after`)."""
     if not names:
         return []
-    rows = conn.execute("SELECT name FROM cronctl_jobs WHERE spec ? 'after' AND spec->'after' ?| %s ORDER BY name",
-                        (names,)).fetchall()
-    return [str(row[0]) for row in rows]
+    return functions.dependants(conn, names)  # by the GIN index, planned once per backend (functions.py)
 
 
 # --- writing back ---------------------------------------------------------------------------

@@ -34,8 +34,8 @@ from psycopg.types.json import Jsonb
 from cronctl.errors import StoreError
 from cronctl.models import Overlap
 from cronctl.store.claims import Event, wake_at
-from cronctl.store.pg import chain_rows
-from cronctl.store.pg.audit import AuditRow, dumps, write_audit
+from cronctl.store.pg import chain_rows, functions
+from cronctl.store.pg.audit import AuditRow, audit_columns, dumps
 from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.transaction import short_transaction
@@ -119,25 +119,49 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
             tx.doc.update(load_meta(conn, host_id))
         meta_before = {key: dump(tx.doc.get(key)) for key in META_KEYS}
         yield tx
-        save_jobs(tx)
+        updates = save_jobs(tx)
         if "chains" in tx.doc:
             chain_rows.save_chains(conn, tx.chains_before, tx.doc["chains"], dump)
         chain_rows.insert_skip_runs(conn, host_id, tx.events)
-        if meta:
-            save_meta(conn, host_id, {key: tx.doc.get(key) or {} for key in META_KEYS
-                                      if dump(tx.doc.get(key)) != meta_before[key]})
-        write_audit(conn, [audit_row(event) for event in tx.events], None, host_id)
+        changed_meta = {meta_key(key, host_id): Jsonb(tx.doc.get(key) or {}, dumps=dumps) for key in META_KEYS
+                        if meta and dump(tx.doc.get(key)) != meta_before[key]}
+        if updates or tx.fired or changed_meta or tx.events:
+            # The job rows, the marks, the meta rows and the audit rows: one call (functions._END_UNIT).
+            functions.end_unit(conn, updates, tx.fired, changed_meta, host_id,
+                               audit_columns([audit_row(event) for event in tx.events]))
+        tx.fired.clear()
 
 
 def _lock_jobs(conn: Connection, where: str, params: dict[str, Any], skip_locked: bool,
                plan: ChainPlan | None) -> dict[str, Any]:
-    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own."""
+    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own.
+
+    The run path's two shapes, rows by name (waiting) and the due rows (SKIP LOCKED), are locked
+    by server-side functions (functions.py: planned once per backend); any other, here."""
     jobs: dict[str, Any] = {}
     if plan is not None and plan.jobs:
-        jobs = load_jobs(conn, "name = ANY(%(chain_jobs)s)", {"chain_jobs": plan.jobs}, "FOR UPDATE")
+        jobs = locked_entries(functions.lock_named(conn, plan.jobs))
         if plan.covers:
             return jobs
-    jobs.update(load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"))
+    if where == functions.BY_NAMES and not skip_locked:
+        jobs.update(locked_entries(functions.lock_named(conn, params["names"])))
+    elif where == functions.DUE and skip_locked:
+        jobs.update(locked_entries(functions.lock_due(conn, params["now"])))
+    else:
+        jobs.update(load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"))
+    return jobs
+
+
+def locked_entries(rows: list[functions.LIVE_ROWS]) -> dict[str, Any]:
+    """`load_jobs`'s entries (with a lock: claims as stored) from a locking function's rows."""
+    jobs: dict[str, Any] = {}
+    for name, spec, state, run_id, claim, host in rows:
+        if run_id is None:
+            jobs[name] = {**spec, "state": dict(state)}
+            continue
+        if isinstance(claim.get("owner"), dict):
+            claim["owner"]["host"] = host  # whose pid it is: judged here only on its own host
+        jobs[name]["state"].setdefault("claims", {})[run_id] = claim
     return jobs
 
 
@@ -199,19 +223,13 @@ def load_meta(conn: Connection, host_id: str) -> dict[str, Any]:
 
 
 def _lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
-    return conn.execute("SELECT key, value FROM cronctl_meta WHERE key = ANY(%s) ORDER BY key FOR UPDATE",
-                        (keys,)).fetchall()
+    return functions.lock_meta(conn, keys)
 
 
-def save_meta(conn: Connection, host_id: str, changed: dict[str, Any]) -> None:
-    for key, value in changed.items():
-        conn.execute("UPDATE cronctl_meta SET value = %s WHERE key = %s",
-                     (Jsonb(value, dumps=dumps), meta_key(key, host_id)))
-
-
-def save_jobs(tx: DocTransaction) -> None:
-    """Each changed job's state and claims, of rows that exist (a job new to this
-    transaction is inserted by the caller first: its claims before are none).
+def save_jobs(tx: DocTransaction) -> list[tuple[Any, ...]]:
+    """Each changed job's claims, as runs rows, of job rows that exist (a job new to this
+    transaction is inserted by the caller first: its claims before are none); its state, as
+    the row update returned, which the unit's end writes (`functions.end_unit`).
 
     The job rows go in one statement at the end (`resume` of 10,000 jobs: one round trip, not
     10,000); their order against the runs rows does not matter in one transaction.
@@ -231,28 +249,7 @@ def save_jobs(tx: DocTransaction) -> None:
         _save_claims(tx, name, entry, before, claims)
         updates.append((Jsonb(state, dumps=dumps), from_iso(state.get("next_run_at")),
                         wake_at({**entry, "state": state}), bool(entry.get("paused") or state.get("paused")), name))
-    if updates:
-        tx.conn.execute(_UPDATE_JOBS, [list(column) for column in zip(*updates, strict=True)])
-    if tx.fired:
-        tx.conn.execute(_RAISE_MARKS, ([job for job, _ in tx.fired], [slot for _, slot in tx.fired]))
-        tx.fired.clear()
-
-
-# The changed job rows, as arrays: one statement, never a pipeline (executemany). Between the
-# messages of a pipeline PostgreSQL runs neither statement_timeout nor the idle-in-transaction
-# timeout, so a network that stalls there kept the job row locks for ever (issue 20); one
-# statement ends in its Sync, after which the idle timeout of `short_transaction` runs.
-_UPDATE_JOBS = """UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
-                         paused = u.paused, updated_at = clock_timestamp()
-                    FROM unnest(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[], %s::text[])
-                         AS u(state, next_run_at, wake_at, paused, name)
-                   WHERE j.name = u.name"""
-
-# Only ever forward: a slot at or before the mark has fired (or was passed over for good).
-_RAISE_MARKS = """UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
-                    FROM (SELECT name, max(slot) AS slot FROM unnest(%s::text[], %s::timestamptz[]) AS u(name, slot)
-                           GROUP BY name) AS k
-                   WHERE j.name = k.name"""
+    return updates
 
 
 def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: dict[str, Any],
@@ -266,34 +263,25 @@ def _save_claims(tx: DocTransaction, job: str, entry: dict[str, Any], before: di
         if run_id not in before:
             _insert_run(tx, job, entry, claim)
         elif claim != before[run_id]:
-            tx.conn.execute("UPDATE cronctl_runs SET claim = %s, state = %s, pid = %s, pid_start = %s,"
-                            " dispatched_at = %s, lease_expires_at = %s WHERE run_id = %s",
-                            (Jsonb(claim, dumps=dumps), _live_state(claim), *_child(claim),
-                             from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), run_id))
+            functions.update_claim(tx.conn, (run_id, Jsonb(claim, dumps=dumps), _live_state(claim), *_child(claim),
+                                             from_iso(claim.get("started_at")), from_iso(claim.get("lease_until"))))
     for run_id in before.keys() - after.keys():
         record = tx.records.get(run_id)
         if record is None:
             tx.conn.execute("DELETE FROM cronctl_runs WHERE run_id = %s", (run_id,))
             continue
-        tx.conn.execute(
-            "UPDATE cronctl_runs SET state = %s, reason = %s, fault = %s, exit_code = %s, signal = %s,"
-            " duration_s = %s, output_tail = %s, ended_at = %s, lease_expires_at = NULL, claim = NULL, record = %s"
-            " WHERE run_id = %s",
-            (record["status"], record.get("reason"), record.get("fault"), record.get("exit_code"),
-             record.get("signal"), record.get("duration"), tx.tails.get(run_id, _text(record.get("output_tail"))),
-             from_iso(record["ended_at"]),
-             Jsonb(record, dumps=dumps), run_id))
+        functions.end_run(tx.conn, (
+            run_id, record["status"], record.get("reason"), record.get("fault"), record.get("exit_code"),
+            record.get("signal"), record.get("duration"), tx.tails.get(run_id, _text(record.get("output_tail"))),
+            from_iso(record["ended_at"]), Jsonb(record, dumps=dumps)))
 
 
 def _insert_run(tx: DocTransaction, job: str, entry: dict[str, Any], claim: dict[str, Any]) -> None:
-    tx.conn.execute(
-        """INSERT INTO cronctl_runs (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id,
-               boot_id, pid, pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-        (claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
-         entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
-         tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
-         from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim, dumps=dumps)))
+    functions.insert_run(tx.conn, (
+        claim["run_id"], job, from_iso(claim["slot"]), claim["trigger"], claim["attempt"],
+        entry.get("overlap", Overlap.SKIP.value) == Overlap.SKIP.value, _live_state(claim), bool(claim.get("late")),
+        tx.host_id, claim.get("boot_id"), *_child(claim), from_iso(claim["claimed_at"]), from_iso(claim.get("due_at")),
+        from_iso(claim.get("started_at")), from_iso(claim.get("lease_until")), Jsonb(claim, dumps=dumps)))
 
 
 def _text(value: str | None) -> str | None:

@@ -1,6 +1,6 @@
 """A slot that already fired is not claimed again: its (job, slot, attempt) has a run
 (`cronctl_runs_once`), or it is at or before its job's high-water mark `last_slot` (the
-latest scheduled slot dispatched, raised by document.save_jobs, never lowered).
+latest scheduled slot dispatched, raised at a unit's end: functions._END_UNIT, never lowered).
 
 The pure claim functions decide from the job's `next_run_at`, which a definition written
 with a clock behind the database's (or a one-shot put back on its instant) can move back
@@ -18,21 +18,9 @@ from typing import Any
 
 from cronctl.models import AuditEvent
 from cronctl.store.claims import ClaimBatch, Event, NewClaim
+from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import from_iso, to_iso
-
-# A join on the keys: one probe of the index per claim, planned in a fifth of the time a
-# row-wise IN over unnest() takes (every statement is planned here: no prepared
-# statements, for poolers). Three `= ANY` would plan faster still, but probe every
-# combination of the arrays: a burst of 500 claims over several slots, a quarter million.
-_FIRED = """SELECT r.job, r.slot, r.attempt
-              FROM unnest(%s::text[], %s::timestamptz[], %s::integer[]) AS k(job, slot, attempt)
-              JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt"""
-
-
-# The high-water marks of the claimed jobs: a scheduled slot at or before its job's mark
-# was dispatched already (or an earlier slot than one that was), whatever next_run_at says.
-_MARKS = "SELECT name, last_slot FROM cronctl_jobs WHERE name = ANY(%s) AND last_slot IS NOT NULL"
 
 
 def drop_fired(conn: Connection, doc: dict[str, Any], batch: ClaimBatch) -> None:
@@ -41,9 +29,7 @@ def drop_fired(conn: Connection, doc: dict[str, Any], batch: ClaimBatch) -> None
     if not batch.claims:
         return
     keys = [_key(new) for new in batch.claims]
-    found = {(job, slot, attempt) for job, slot, attempt in conn.execute(
-        _FIRED, ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall()}
-    marks: dict[str, datetime] = dict(conn.execute(_MARKS, (sorted({k[0] for k in keys}),)).fetchall())
+    found, marks = functions.fired(conn, keys)  # functions._FIRED
     fired = [new for new, key in zip(batch.claims, keys, strict=True)
              if key in found or _behind_mark(new, key[1], marks.get(new.job))]
     if not fired:

@@ -3,7 +3,7 @@
 Putting a definition with its next slot (`put_job`), or with its whole state as the JSON
 store holds it (`put_entry`), and pausing. A changed
 spec bumps `spec_version`; `last_slot` (the high-water mark, raised when a scheduled run
-is dispatched: document.save_jobs) is never written here, so a redefinition cannot make an
+is dispatched: functions._END_UNIT) is never written here, so a redefinition cannot make an
 already fired slot, or an earlier one, fire again (store/pg/fired.py).
 """
 

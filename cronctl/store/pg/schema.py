@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import psycopg
 
 from cronctl.errors import StoreError
+from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 
 # pg_advisory_xact_lock key of schema changes: "cronctl" in ASCII, so it reads in pg_locks.
@@ -195,7 +196,11 @@ OWES_NOTIFY = "state ? 'notify_owed'"
 # upgrade would leave an invalid index behind (see ensure_schema for the lock's wait).
 _V7 = (f"CREATE INDEX cronctl_jobs_owed ON cronctl_jobs (name) WHERE {OWES_NOTIFY}",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# V8 (issue 21): the run path's statements as server-side PL/pgSQL functions, whose plans each
+# backend caches (no client-side prepared statement: poolers); store/pg/functions.py says which and why.
+_V8 = functions.MIGRATION
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (

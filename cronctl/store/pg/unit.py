@@ -35,7 +35,7 @@ from cronctl.store import history
 from cronctl.store.audit import tell_listeners
 from cronctl.store.claims import ClaimBatch, Dispatched, Event, Finished, Lease
 from cronctl.store.outbox import OwedHook, WriterAlive
-from cronctl.store.pg import chain_rows, lease_fence
+from cronctl.store.pg import chain_rows, functions, lease_fence
 from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import DocTransaction, PlanChains, doc_transaction, load_jobs
@@ -45,13 +45,8 @@ from cronctl.store.pg.takeover import without_held
 
 JudgeBy = Literal["database", "caller"]
 
-_BY_NAMES = "name = ANY(%(names)s)"
-# The instant is the caller's, or the statement's own (`statement_timestamp()`, the database
-# clock when the statement arrived): both are values the planner sees, so it range-scans the
-# index on wake_at for the few rows due. (A sub-select of clock_timestamp() hid the bound: the
-# planner guessed a third of the rows due and walked the name index over all of them, 0.25 s
-# at a million jobs.)
-_DUE = "NOT paused AND wake_at <= coalesce(%(now)s::timestamptz, statement_timestamp())"
+_BY_NAMES = functions.BY_NAMES
+_DUE = functions.DUE  # planned at each call, never a cached generic plan (functions.py)
 _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
 # The healer's jobs (store/suspects.py): a live run, or a failed last run. Each half read by
 # an index, never the jobs (issue 21: an OR over both read every row, 60 ms at 100,000 jobs,

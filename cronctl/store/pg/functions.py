@@ -1,0 +1,350 @@
+"""The run path's statements as server-side PL/pgSQL functions: planned once per server backend.
+
+Why: a claim, a dispatch and a finish are about 37 statements, and no statement stays
+prepared on the client (connect.py: a transaction-mode pooler such as PgBouncer 1.18 loses
+protocol-level prepared statements), so each was planned at every call: 1.1 of the 1.8 ms
+of server time of one run (issue 21, `bench/pg_claim.py --server-time`). The statements of a
+PL/pgSQL function are prepared by PostgreSQL itself, inside the backend, and their plans
+cached there: nothing of it is session state a pooler must carry (the next transaction on
+another backend plans them once there). The client sends `SELECT cronctl_x(...)`, which
+plans in a few microseconds.
+
+What stays the same, and why it does:
+- each function is VOLATILE (the default), so under READ COMMITTED every statement in it
+  takes a fresh snapshot, as the separate client statements did: the live runs read after
+  the job rows are locked see the runs the previous holder of those locks committed (one
+  statement with a sub-select would not: issue 21's third pass);
+- the statements are the ones the client sent (the same locks in the same order: FOR
+  UPDATE in name order, SKIP LOCKED on the claim paths), with the live states written as
+  constants, so a cached generic plan still matches the partial indexes on live runs;
+- the due scan is never a cached plan: its bound (`wake_at <= now`) decides between a few
+  rows and every row, and a generic plan cannot see it (a generic plan read every row at a
+  million jobs, 270-512 ms). Its function plans each call with the value
+  (`force_custom_plan`), as the client's statement was planned;
+- the other plans are generic, made once (`SET plan_cache_mode = force_generic_plan` on each
+  function, for its calls only): in the default mode PostgreSQL compares a generic plan's
+  estimate with the custom plans' and, an array parameter being guessed at 10 elements, kept
+  planning each call anyway (measured: no gain). Each statement's generic plan is an index
+  scan of the rows it names (EXPLAIN at a million jobs: bench/results, issue 21's fourth pass);
+- errors are the server's, raised through the call unchanged (a lock or statement timeout
+  is the same SQLSTATE), so the caller maps them as before.
+
+`MIGRATION` creates them (schema.py's version after the partial indexes); a later change
+to one is a new version that replaces it (CREATE OR REPLACE). The role that migrates needs
+CREATE on the schema, as it does for the tables.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import TupleRow
+
+from cronctl.store.pg.connect import Connection
+
+# The two shapes of the job rows a lease unit locks that these functions lock (store/pg/unit.py
+# names them; document._lock_jobs routes them here): by name, and the due ones. Any other
+# predicate (claim ahead, every job) stays a client statement.
+BY_NAMES = "name = ANY(%(names)s)"
+# The instant is the caller's, or the statement's own (`statement_timestamp()`, the database
+# clock when the statement arrived): both are values the planner sees, so it range-scans the
+# index on wake_at for the few rows due. (A sub-select of clock_timestamp() hid the bound: the
+# planner guessed a third of the rows due and walked the name index over all of them, 0.25 s
+# at a million jobs.) `_LOCK_DUE` runs this predicate.
+DUE = "NOT paused AND wake_at <= coalesce(%(now)s::timestamptz, statement_timestamp())"
+
+# The live runs of the jobs a unit locked, oldest fence first, as `_lock_rows` reads them: one
+# row per claim, the job columns NULL but the name. Its own statement, so its own snapshot,
+# taken after the job rows were locked (see the module doc).
+_LIVE_CLAIMS = """
+CREATE OR REPLACE FUNCTION cronctl_live_claims(locked text[])
+RETURNS TABLE (job_name text, job_spec jsonb, job_state jsonb, live_run text, live_claim jsonb, live_host text)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN QUERY
+        SELECT r.job, NULL::jsonb, NULL::jsonb, r.run_id, r.claim, r.host_id FROM cronctl_runs AS r
+         WHERE r.job = ANY(locked) AND r.state IN ('claimed', 'running') AND r.claim IS NOT NULL ORDER BY r.fence;
+END $$"""
+
+# A named unit's job rows, locked in name order (one row per job, the run columns NULL), then
+# their live runs (`cronctl_live_claims`).
+_LOCK_NAMED = """
+CREATE OR REPLACE FUNCTION cronctl_lock_named(names text[])
+RETURNS TABLE (job_name text, job_spec jsonb, job_state jsonb, live_run text, live_claim jsonb, live_host text)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    locked text[] := '{}';
+BEGIN
+    FOR job_name, job_spec, job_state IN
+        SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j WHERE j.name = ANY(names) ORDER BY j.name FOR UPDATE
+    LOOP
+        locked := array_append(locked, job_name);
+        RETURN NEXT;
+    END LOOP;
+    RETURN QUERY SELECT * FROM cronctl_live_claims(locked);
+END $$"""
+
+# The claim write's due rows (SKIP LOCKED: rows another loop is deciding on stay its own), then
+# their live runs, as `cronctl_lock_named`. The scan is planned at each call with its instant
+# (force_custom_plan: a range on cronctl_jobs_wake), never a cached generic plan, which cannot
+# see the bound and walks the name index over every row (270 ms at a million jobs: EXPLAIN in
+# issue 21's fourth pass). NULL `due_by`: the database clock when the client's statement
+# arrived (statement_timestamp()).
+_LOCK_DUE = """
+CREATE OR REPLACE FUNCTION cronctl_lock_due(due_by timestamptz)
+RETURNS TABLE (job_name text, job_spec jsonb, job_state jsonb, live_run text, live_claim jsonb, live_host text)
+LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    locked text[] := '{}';
+BEGIN
+    FOR job_name, job_spec, job_state IN
+        SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j
+         WHERE NOT j.paused AND j.wake_at <= coalesce(due_by, statement_timestamp()) ORDER BY j.name
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        locked := array_append(locked, job_name);
+        RETURN NEXT;
+    END LOOP;
+    RETURN QUERY SELECT * FROM cronctl_live_claims(locked);
+END $$"""
+
+# chain_rows._NAMED_FIRST: the chains of the named jobs' live runs, and whether any job runs after them.
+_NAMED_FIRST = """
+CREATE OR REPLACE FUNCTION cronctl_named_first(names text[], OUT chain_ids text[], OUT has_below boolean)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    SELECT coalesce(array_agg(DISTINCT r.claim->>'chain'), '{}') INTO chain_ids FROM cronctl_runs AS r
+     WHERE r.job = ANY(names) AND r.state IN ('claimed', 'running') AND r.claim->>'chain' IS NOT NULL;
+    has_below := EXISTS (SELECT 1 FROM cronctl_jobs AS j WHERE j.spec ? 'after' AND j.spec->'after' ?| names);
+END $$"""
+
+# chain_rows.dependants_of: the jobs after any of `names` (the GIN index on `after`).
+_DEPENDANTS = """
+CREATE OR REPLACE FUNCTION cronctl_dependants(names text[]) RETURNS SETOF text
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN QUERY SELECT j.name FROM cronctl_jobs AS j
+                  WHERE j.spec ? 'after' AND j.spec->'after' ?| names ORDER BY j.name;
+END $$"""
+
+# chain_rows._OPEN_CHAINS.
+_OPEN_CHAINS = """
+CREATE OR REPLACE FUNCTION cronctl_open_chains() RETURNS TABLE (open_id text, open_chain jsonb)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN QUERY SELECT c.chain_id, c.chain FROM cronctl_chains AS c WHERE c.ended_at IS NULL ORDER BY c.chain_id;
+END $$"""
+
+# fired.py: the claimed keys that already have their run (rows with an attempt), then the
+# high-water marks of the claimed jobs (rows with a mark): a scheduled slot at or before its
+# job's mark was dispatched already, whatever next_run_at says. The keys by a join, one probe
+# of cronctl_runs_once per claim (three `= ANY` would probe every combination of the arrays: a
+# burst of 500 claims over several slots, a quarter million).
+_FIRED = """
+CREATE OR REPLACE FUNCTION cronctl_fired(jobs text[], slots timestamptz[], attempts integer[])
+RETURNS TABLE (fired_job text, fired_slot timestamptz, fired_attempt integer, mark timestamptz)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN QUERY
+        SELECT r.job, r.slot, r.attempt, NULL::timestamptz
+          FROM unnest(jobs, slots, attempts) AS k(job, slot, attempt)
+          JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt;
+    RETURN QUERY
+        SELECT j.name, NULL::timestamptz, NULL::integer, j.last_slot FROM cronctl_jobs AS j
+         WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;
+END $$"""
+
+# The end of a unit (document.doc_transaction), one call: the changed job rows (arrays, one
+# statement: never a pipeline, whose gaps PostgreSQL does not time, issue 20), the high-water
+# marks raised by the scheduled runs dispatched (only ever forward; `fired_*` of rows written
+# here, `marked_*` of the others), this host's changed
+# counters and metrics rows (locked when the unit began) and the unit's audit rows, in their
+# order (ids rise as the arrays go). Their rows were all locked before, so the order of these
+# writes against each other and the runs rows changes nothing.
+_END_UNIT = """
+CREATE OR REPLACE FUNCTION cronctl_end_unit(
+    states jsonb[], next_runs timestamptz[], wakes timestamptz[], paused_now boolean[], names text[],
+    fired_jobs text[], fired_slots timestamptz[], marked_jobs text[], marked_slots timestamptz[],
+    meta_keys text[], meta_values jsonb[],
+    host text, events text[], jobs text[], run_ids text[], slots timestamptz[], fences bigint[], reasons text[],
+    details jsonb[]) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    IF cardinality(names) > 0 THEN
+        -- A job whose run was dispatched gets its mark in the same row version (greatest() skips
+        -- the NULL of a job without one): a second UPDATE would write every index of the row again.
+        UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
+               paused = u.paused, updated_at = clock_timestamp(), last_slot = greatest(j.last_slot, k.slot)
+          FROM unnest(states, next_runs, wakes, paused_now, names) AS u(state, next_run_at, wake_at, paused, name)
+               LEFT JOIN (SELECT f.name, max(f.slot) AS slot FROM unnest(fired_jobs, fired_slots) AS f(name, slot)
+                           GROUP BY f.name) AS k ON k.name = u.name
+         WHERE j.name = u.name;
+    END IF;
+    IF cardinality(marked_jobs) > 0 THEN  -- the marks of jobs whose row is not otherwise written
+        UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
+          FROM (SELECT m.name, max(m.slot) AS slot FROM unnest(marked_jobs, marked_slots) AS m(name, slot)
+                 GROUP BY m.name) AS k
+         WHERE j.name = k.name;
+    END IF;
+    IF cardinality(meta_keys) > 0 THEN
+        UPDATE cronctl_meta AS m SET value = u.value FROM unnest(meta_keys, meta_values) AS u(key, value)
+         WHERE m.key = u.key;
+    END IF;
+    IF cardinality(events) > 0 THEN
+        INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
+        SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, NULL, host
+          FROM unnest(events, jobs, run_ids, slots, fences, reasons, details)
+               WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
+         ORDER BY u.n;
+    END IF;
+END $$"""
+
+# document._save_claims: a new claim's run row; a claim changed (dispatched, its lease moved);
+# an ended run (its history record). One row each, by its key (`run_id`, the primary key).
+_INSERT_RUN = """
+CREATE OR REPLACE FUNCTION cronctl_insert_run(
+    new_run text, new_job text, new_slot timestamptz, new_trigger text, new_attempt integer, new_exclusive boolean,
+    new_state text, new_late boolean, new_host text, new_boot text, new_pid integer, new_pid_start double precision,
+    new_claimed_at timestamptz, new_due_at timestamptz, new_dispatched_at timestamptz, new_lease timestamptz,
+    new_claim jsonb) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    INSERT INTO cronctl_runs (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id, boot_id, pid,
+                              pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)
+    VALUES (new_run, new_job, new_slot, new_trigger, new_attempt, new_exclusive, new_state, new_late, new_host,
+            new_boot, new_pid, new_pid_start, new_claimed_at, new_due_at, new_dispatched_at, new_lease, new_claim);
+END $$"""
+
+_UPDATE_CLAIM = """
+CREATE OR REPLACE FUNCTION cronctl_update_claim(
+    run text, new_claim jsonb, new_state text, new_pid integer, new_pid_start double precision,
+    new_dispatched_at timestamptz, new_lease timestamptz) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    UPDATE cronctl_runs AS r SET claim = new_claim, state = new_state, pid = new_pid, pid_start = new_pid_start,
+           dispatched_at = new_dispatched_at, lease_expires_at = new_lease
+     WHERE r.run_id = run;
+END $$"""
+
+_END_RUN = """
+CREATE OR REPLACE FUNCTION cronctl_end_run(
+    run text, new_state text, new_reason text, new_fault text, new_exit_code integer, new_signal integer,
+    new_duration double precision, new_tail text, new_ended_at timestamptz, new_record jsonb) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    UPDATE cronctl_runs AS r SET state = new_state, reason = new_reason, fault = new_fault, exit_code = new_exit_code,
+           signal = new_signal, duration_s = new_duration, output_tail = new_tail, ended_at = new_ended_at,
+           lease_expires_at = NULL, claim = NULL, record = new_record
+     WHERE r.run_id = run;
+END $$"""
+
+# document.load_meta: this host's counters and metrics rows, locked in key order.
+_LOCK_META = """
+CREATE OR REPLACE FUNCTION cronctl_lock_meta(keys text[]) RETURNS TABLE (meta_key text, meta_value jsonb)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN QUERY SELECT m.key, m.value FROM cronctl_meta AS m WHERE m.key = ANY(keys) ORDER BY m.key FOR UPDATE;
+END $$"""
+
+MIGRATION: tuple[str, ...] = (_LIVE_CLAIMS, _LOCK_NAMED, _LOCK_DUE, _NAMED_FIRST, _DEPENDANTS, _OPEN_CHAINS,
+                              _FIRED, _LOCK_META, _END_UNIT, _INSERT_RUN, _UPDATE_CLAIM, _END_RUN)
+
+LIVE_ROWS = tuple[str, Any, Any, str | None, Any, str | None]
+
+_CONTEXT = "\nCONTEXT:  "
+
+
+def call(conn: Connection, sql: str, params: tuple[Any, ...] = ()) -> psycopg.Cursor[TupleRow]:
+    """`conn.execute` of a call of one of these functions. An error raised inside it is raised as
+    the client's own statement raised it: the same class (so the same SQLSTATE, mapped the same
+    way: a lock timeout, a unique violation), and the same text, without the CONTEXT lines
+    libpq adds for a function (a store error stays the one line the user saw before)."""
+    try:
+        return conn.execute(sql, params)
+    except psycopg.Error as exc:
+        text = str(exc)
+        if _CONTEXT not in text:
+            raise
+        raise type(exc)(text.split(_CONTEXT, 1)[0]) from None
+
+
+def lock_named(conn: Connection, names: list[str]) -> list[LIVE_ROWS]:
+    """The named job rows locked (FOR UPDATE, name order) and their live runs: see `_LOCK_NAMED`."""
+    return call(conn, "SELECT * FROM cronctl_lock_named(%s::text[])", (names,)).fetchall()
+
+
+def lock_due(conn: Connection, due_by: datetime | None) -> list[LIVE_ROWS]:
+    """The due job rows locked (SKIP LOCKED) and their live runs: see `_LOCK_DUE`."""
+    return call(conn, "SELECT * FROM cronctl_lock_due(%s::timestamptz)", (due_by,)).fetchall()
+
+
+def named_first(conn: Connection, names: list[str]) -> tuple[list[str], bool]:
+    """The chains of the named jobs' live runs, and whether any job runs after one of them."""
+    row = call(conn, "SELECT * FROM cronctl_named_first(%s::text[])", (names,)).fetchone()
+    assert row is not None
+    return [str(chain_id) for chain_id in row[0]], bool(row[1])
+
+
+def dependants(conn: Connection, names: list[str]) -> list[str]:
+    return [str(row[0]) for row in call(conn, "SELECT * FROM cronctl_dependants(%s::text[])", (names,)).fetchall()]
+
+
+def open_chains(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
+    return [(str(chain_id), chain) for chain_id, chain in call(conn, "SELECT * FROM cronctl_open_chains()").fetchall()]
+
+
+def fired(conn: Connection, keys: list[tuple[str, datetime | None, int]]
+          ) -> tuple[set[tuple[str, datetime, int]], dict[str, datetime]]:
+    """The keys that already have their run, and the claimed jobs' high-water marks (fired.py)."""
+    found: set[tuple[str, datetime, int]] = set()
+    marks: dict[str, datetime] = {}
+    for job, slot, attempt, mark in call(
+            conn, "SELECT * FROM cronctl_fired(%s::text[], %s::timestamptz[], %s::integer[])",
+            ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall():
+        if attempt is None:
+            marks[job] = mark
+        else:
+            found.add((job, slot, attempt))
+    return found, marks
+
+
+def end_unit(conn: Connection, updates: list[tuple[Any, ...]], fired_slots: list[tuple[str, datetime]],
+             meta: dict[str, Any], host_id: str, audit: list[list[Any]]) -> None:
+    """The changed job rows (state, next_run_at, wake_at, paused, name), the raised high-water
+    marks, the changed meta rows (key: value as Jsonb) and the audit rows as columns (event,
+    job, run_id, slot, fence, reason, details): `_END_UNIT`."""
+    jobs = [list(column) for column in zip(*updates, strict=True)] if updates else [[]] * 5
+    written = set(jobs[4])
+    fired = [(job, slot) for job, slot in fired_slots if job in written]  # raised in the row's own update
+    marked = [(job, slot) for job, slot in fired_slots if job not in written]
+    call(conn, "SELECT cronctl_end_unit(%s::jsonb[], %s::timestamptz[], %s::timestamptz[], %s::boolean[], %s::text[],"
+         " %s::text[], %s::timestamptz[], %s::text[], %s::timestamptz[], %s::text[], %s::jsonb[], %s::text,"
+         " %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::bigint[], %s::text[], %s::jsonb[])",
+         (*jobs, [job for job, _ in fired], [slot for _, slot in fired], [job for job, _ in marked],
+          [slot for _, slot in marked], list(meta), list(meta.values()), host_id, *(audit or [[]] * 7)))
+
+
+def insert_run(conn: Connection, values: tuple[Any, ...]) -> None:
+    """One run row: (run_id, job, slot, trigger, attempt, exclusive, state, late, host_id, boot_id,
+    pid, pid_start, claimed_at, due_at, dispatched_at, lease_expires_at, claim)."""
+    call(conn, "SELECT cronctl_insert_run(%s::text, %s::text, %s::timestamptz, %s::text, %s::integer, %s::boolean,"
+         " %s::text, %s::boolean, %s::text, %s::text, %s::integer, %s::double precision, %s::timestamptz,"
+         " %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::jsonb)", values)
+
+
+def update_claim(conn: Connection, values: tuple[Any, ...]) -> None:
+    """(run_id, claim, state, pid, pid_start, dispatched_at, lease_expires_at)."""
+    call(conn, "SELECT cronctl_update_claim(%s::text, %s::jsonb, %s::text, %s::integer, %s::double precision,"
+         " %s::timestamptz, %s::timestamptz)", values)
+
+
+def end_run(conn: Connection, values: tuple[Any, ...]) -> None:
+    """(run_id, state, reason, fault, exit_code, signal, duration_s, output_tail, ended_at, record)."""
+    call(conn, "SELECT cronctl_end_run(%s::text, %s::text, %s::text, %s::text, %s::integer, %s::integer,"
+         " %s::double precision, %s::text, %s::timestamptz, %s::jsonb)", values)
+
+
+def lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
+    return call(conn, "SELECT * FROM cronctl_lock_meta(%s::text[])", (keys,)).fetchall()

@@ -1,0 +1,100 @@
+"""The run path's server-side functions (store/pg/functions.py) keep the client statements' semantics.
+
+- a unit that waited for a job's row lock reads the live runs the holder committed meanwhile
+  (each statement of a VOLATILE function takes its own snapshot, as separate statements did);
+- the due rows are locked SKIP LOCKED, so a row another loop is deciding on is left to it;
+- an error raised inside a function is the client statement's error: same class, one line;
+- the due scan is planned with its instant at each call, never a cached generic plan.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from cronctl.store.pg import functions
+from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.transaction import Limits, short_transaction
+from tests.pg.pghelp import db_now, one, put_due_job, wait_until_blocked
+
+
+def _insert_live_run(conn: Connection, job: str, run_id: str) -> None:
+    conn.execute("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state, claim, host_id)"
+                 " VALUES (%s, %s, clock_timestamp(), 'schedule', true, 'running', %s, 'host-a')",
+                 (run_id, job, Jsonb({"run_id": run_id, "owner": {"pid": 1}})))
+
+
+def test_a_unit_that_waited_for_the_lock_reads_the_run_its_holder_committed(
+        connections: Callable[[], Connection]) -> None:
+    holder, waiter, observer = connections(), connections(), connections()
+    put_due_job(observer, "j")
+    result: dict[str, Any] = {}
+    with holder.transaction():
+        holder.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'j' FOR UPDATE")
+
+        def lock() -> None:
+            with waiter.transaction():
+                result["rows"] = functions.lock_named(waiter, ["j"])
+
+        thread = threading.Thread(target=lock)
+        thread.start()
+        wait_until_blocked(observer, waiter)
+        _insert_live_run(holder, "j", "r1")  # committed by the holder while the waiter waits
+    thread.join(timeout=15)
+    rows = result["rows"]
+    assert [row[0] for row in rows] == ["j", "j"]
+    assert rows[1][3] == "r1" and rows[1][4]["owner"] == {"pid": 1} and rows[1][5] == "host-a"
+
+
+def test_the_due_rows_skip_a_row_another_loop_holds(connections: Callable[[], Connection]) -> None:
+    holder, claimer = connections(), connections()
+    put_due_job(holder, "held")
+    put_due_job(holder, "free")
+    with holder.transaction():  # what the lease store claims by (put_job writes only next_run_at)
+        holder.execute("UPDATE cronctl_jobs SET wake_at = next_run_at")
+    with holder.transaction():
+        holder.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'held' FOR UPDATE")
+        with claimer.transaction():
+            names = [row[0] for row in functions.lock_due(claimer, None) if row[3] is None]
+    assert names == ["free"]
+
+
+def test_a_lock_timeout_inside_a_function_is_the_same_error_in_one_line(connections: Callable[[], Connection]) -> None:
+    holder, waiter = connections(), connections()
+    put_due_job(holder, "j")
+    with holder.transaction():
+        holder.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'j' FOR UPDATE")
+        with pytest.raises(psycopg.errors.LockNotAvailable) as caught, \
+                short_transaction(waiter, Limits(lock_s=0.1)):
+            functions.lock_named(waiter, ["j"])
+    assert str(caught.value) == "canceling statement due to lock timeout"
+
+
+def test_the_due_scan_is_planned_with_its_instant_the_others_once(conn: Connection) -> None:
+    with conn.transaction():
+        modes = dict(conn.execute("SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'cronctl_%'").fetchall())
+    assert modes.pop("cronctl_lock_due") == ["plan_cache_mode=force_custom_plan"]
+    assert modes and set(map(tuple, modes.values())) == {("plan_cache_mode=force_generic_plan",)}
+
+
+def test_the_unit_end_raises_a_mark_only_forward_with_or_without_its_row(conn: Connection) -> None:
+    put_due_job(conn, "j")
+    now = db_now(conn)
+    earlier, later = now - timedelta(minutes=1), now + timedelta(minutes=1)
+
+    def end(fired: datetime, with_row: bool) -> Any:
+        row = [(Jsonb({"n": 1}), None, None, False, "j")] if with_row else []
+        with conn.transaction():
+            functions.end_unit(conn, row, [("j", fired)], {}, "host-a", [])
+            return conn.execute("SELECT last_slot FROM cronctl_jobs WHERE name = 'j'").fetchone()
+
+    assert end(now, with_row=False)[0] == now  # a mark of a row not otherwise written
+    assert end(earlier, with_row=True)[0] == now  # never backwards, the row written once
+    assert end(later, with_row=True)[0] == later
+    assert one(conn, "SELECT state FROM cronctl_jobs WHERE name = 'j'") == {"n": 1}
