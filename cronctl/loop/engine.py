@@ -560,18 +560,16 @@ class Engine:
                 return
             adopting = HopStart(self)
             try:
+                # The adopted children's gates open inside, the moment the write commits (adopting.committed).
                 batch = self.ctx.leases.claim_chain(chain_id, self.ctx.clock.now(), self.owner, self.lease(), capacity,
                                                     start=adopting)
             except BaseException:
                 adopting.undo()  # nothing was written: their gates never open
                 raise
-            if batch.dispatched and os.environ.get(CRASH_ENV) == "after_hop_claim":
-                os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with a hop's runs marked, gates closed
-            self._open_adopted(batch, adopting.started)
             self.dispatch(adopting.rest(batch))
             self.hops_claimed += len(batch.claims)
 
-    def _open_adopted(self, batch: ClaimBatch, started: list[Dispatched]) -> None:
+    def open_adopted(self, batch: ClaimBatch, started: list[Dispatched]) -> None:
         """Open the gates of the hop's runs its claim write marked dispatched (run.started rows
         written with it); one it did not keep is cancelled at its gate, as dispatch does."""
         kept = {run.run_id for run in batch.dispatched}

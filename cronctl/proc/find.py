@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from cronctl.proc.identity import START_TIME_TOLERANCE, ProcIdentity, identify, is_alive, stat_fields
+from cronctl.proc.identity import START_TIME_TOLERANCE, ProcIdentity, identify, is_alive
 
 if TYPE_CHECKING:
     import psutil
@@ -38,18 +38,35 @@ class _Stat:
 
 
 def _read_stat(pid: int) -> _Stat | None:
-    fields = stat_fields(pid)
-    if fields is None:
+    data = _read_proc(f"/proc/{pid}/stat")
+    if not data:
         return None
+    # The command name may contain spaces and parentheses; it ends at the last ")".
+    fields = data[data.rindex(b")") + 2 :].split(b" ", 4)
     return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
 
 
 def _read_environ(pid: int) -> bytes:
+    return _read_proc(f"/proc/{pid}/environ")  # b"": gone, or another user's process we may not read
+
+
+def _read_proc(path: str) -> bytes:
+    """A /proc file's bytes (b"" when it cannot be read), with bare os calls: a pass reads two
+    files per process on the machine, and Python's buffered open() cost most of a chain hop's
+    leftover scan (2.4 ms for 140 processes; issue 22)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:  # gone, or another user's process we may not read
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
         return b""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _env_run_id(environ: bytes) -> str | None:

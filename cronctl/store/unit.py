@@ -8,6 +8,7 @@ must follow them:
 
 - `emit(events)`: audit rows;
 - `record(done, rows, hook)`: a run's end, with its audit rows and its history record;
+- `on_commit(then)`: what the caller does the moment the unit is committed, before the rest;
 
 and the unit commits when its block ends cleanly (nothing is written when it raises).
 How those reach the audit log and the history is the backend's plumbing, not the
@@ -25,7 +26,7 @@ lease found under the lock (`renewed_since_judged`: PostgreSQL, MULTIHOST §4).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -77,6 +78,11 @@ class JobsUnit(Protocol):
 
     def renewed_since_judged(self, job: str, run_id: str, reason: str, now: datetime) -> bool:
         """Whether a reclaim for `reason` must leave the run: its lease is fresh again."""
+        ...
+
+    def on_commit(self, then: Callable[[], None]) -> None:
+        """Call `then` right after this unit commits, before its rows are delivered (a chain
+        hop's gates open there: the rows need not come first). Not called if it does not commit."""
         ...
 
 

@@ -108,8 +108,12 @@ jobs:
     assert cli(home, "apply", "-f", str(jobs)).returncode == 0
     crashing = start_loop(home, env={"CRONCTL_FAULT_LOOP_CRASH": "after_hop_claim"})
     assert crashing.wait(timeout=60) == -9, "the seam killed the loop after the hop's claim write"
+    ctx = Context.open(home)
+    marked = {claim.job: claim.child for job in ("b", "c") for claim in ctx.leases.claims_of(job) if claim.dispatched}
+    assert set(marked) == {"b", "c"} and all(child and child["pid"] for child in marked.values()), \
+        "b and c were marked dispatched, their warm children's identities recorded, by the hop's claim write"
     started = {row["job"] for row in audit_rows(home, "run.started")}
-    assert started == {"a", "b", "c"}, "b and c were marked dispatched by the hop's claim write"
+    assert started == {"a"}, "the seam is at the commit, before the write's rows (the gates open there)"
     loop = start_loop(home)
     try:
         wait_ticking(home, loop)
