@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
+from cronctl.errors import StoreWriteError
 from cronctl.paths import Paths
 from cronctl.store import chain_skips, history, outbox
 from cronctl.store.audit import AuditLog
@@ -79,14 +80,16 @@ class JsonUnits:
         # Delivered entries of the outbox, dropped from the store by the next write made anyway.
         self._settled: set[tuple[str, str]] = set()
         self._settled_lock = threading.Lock()
+        # Units committed with their directory fsync deferred (and their notes), in order.
+        self._deferred: list[tuple[JsonUnit, str | None]] = []
 
     # --- units -------------------------------------------------------------------------------
 
-    def named(self, names: Iterable[str], *, meta: bool = False,
-              committed_note: str | None = None) -> AbstractContextManager[JsonUnit]:
+    def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
+              defer_flush: bool = False) -> AbstractContextManager[JsonUnit]:
         # The body looks jobs up by name only: a lazy document, where a few jobs of a large
         # store cost a few jobs, not the store (its counters and metrics are always there).
-        return self._unit(lazy=True, committed_note=committed_note)
+        return self._unit(lazy=True, committed_note=committed_note, defer_flush=defer_flush)
 
     def due(self, now: datetime) -> AbstractContextManager[JsonUnit]:
         return self._unit(lazy=False)
@@ -102,14 +105,17 @@ class JsonUnits:
         return self._unit(lazy=True)
 
     @contextmanager
-    def _unit(self, lazy: bool, committed_note: str | None = None) -> Iterator[JsonUnit]:
+    def _unit(self, lazy: bool, committed_note: str | None = None, defer_flush: bool = False) -> Iterator[JsonUnit]:
         """A store transaction that also drops the outbox entries delivered since the last
-        one; its rows and run ends delivered once the document is in place."""
+        one; its rows and run ends delivered once the document is in place and durable.
+
+        `defer_flush` (see `Units.named`): its directory fsync, and so its rows and ends, wait
+        for the next unit's commit or `flush_deferred`."""
         with self._settled_lock:
             settled = set(self._settled)
         rev = self.store.last_written_rev
         try:
-            with self.store.transaction(lazy_jobs=lazy) as doc:
+            with self.store.transaction(lazy_jobs=lazy, flush=not defer_flush) as doc:
                 unit = JsonUnit(doc)
                 yield unit
                 if settled:
@@ -120,9 +126,28 @@ class JsonUnits:
             print(f"cronctl: {committed_note} but said: {exc}", file=sys.stderr)
         with self._settled_lock:
             self._settled -= settled
+            if defer_flush:
+                self._deferred.append((unit, committed_note))
         for then in unit.committed:
             then()
-        self._after_commit(unit)
+        if not defer_flush:
+            self.flush_deferred()  # this commit's fsync made theirs durable too: theirs come first
+            self._after_commit(unit)
+
+    def flush_deferred(self) -> None:
+        """What deferred units still owe, in order: the directory fsync (if no commit since made
+        it), then their rows and run ends. A failed fsync is said as their committed_note says."""
+        with self._settled_lock:
+            deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        try:
+            self.store.flush_directory()
+        except StoreWriteError as exc:
+            note = deferred[0][1] or "the store was written"
+            print(f"cronctl: {note} but said: {exc}", file=sys.stderr)
+        for unit, _ in deferred:
+            self._after_commit(unit)
 
     def _committed_anyway(self, rev_before: int | None) -> bool:
         """Whether a transaction that raised had put its document in place (a failed directory

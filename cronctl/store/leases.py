@@ -87,7 +87,9 @@ class LeaseStore(Protocol):
     def renew(self, owner: Owner, runs: dict[str, str], lease: Lease) -> list[str]: ...
 
     def finish_many(self, owner: Owner, ends: list[RunEnd], now: datetime,
-                    lateness: list[float] | None = None) -> list[Finished]: ...
+                    lateness: list[float] | None = None, defer_flush: bool = False) -> list[Finished]: ...
+
+    def flush_deferred(self) -> None: ...
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int: ...
 
@@ -252,15 +254,17 @@ class UnitLeaseStore:
     # --- finish ------------------------------------------------------------------------------
 
     def finish_many(self, owner: Owner, ends: list[RunEnd], now: datetime,
-                    lateness: list[float] | None = None) -> list[Finished]:
+                    lateness: list[float] | None = None, defer_flush: bool = False) -> list[Finished]:
         """The fenced terminal writes of a batch of ended runs, in one unit.
 
         Then, per run: its audit rows, its history record (with its log) and the pruning
         of its old logs. Raises if nothing could be written: the caller keeps the ends.
+        `defer_flush` (Units.named): those, and the JSON document's directory fsync, wait for
+        the caller's next write or `flush_deferred` (the loop's chain hop: its claim write).
         """
         jobs = self._jobs_of(ends)
         finished: list[Finished] = []
-        with self.units.named({job for job in jobs.values() if job}, meta=True,
+        with self.units.named({job for job in jobs.values() if job}, meta=True, defer_flush=defer_flush,
                               committed_note=f"the store recorded {len(ends)} run end(s)") as unit:
             at = unit.judge(now)
             for end in ends:
@@ -434,6 +438,10 @@ class UnitLeaseStore:
     def flush_settled(self) -> None:
         """Drop the settled entries now (a process about to exit)."""
         self.units.flush_settled()
+
+    def flush_deferred(self) -> None:
+        """What a `finish_many(defer_flush=True)` still owes (its flush, rows and records), now."""
+        self.units.flush_deferred()
 
     def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]:
         """Complete what writers that died left pending (rows, records); the hooks returned

@@ -92,11 +92,19 @@ class Units(Protocol):
     chains: bool  # job chains (SPEC §10) are stored here
     shared: bool  # many loops share this store: a notification's try is leased to one of them
 
-    def named(self, names: Iterable[str], *, meta: bool = False,
-              committed_note: str | None = None) -> AbstractContextManager[JobsUnit]:
+    def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
+              defer_flush: bool = False) -> AbstractContextManager[JobsUnit]:
         """The jobs `names` (those that exist). `meta`: the unit may change the counters or
         metrics. `committed_note`: a failure after the document was put in place is said on
-        stderr with this, and what follows the commit is still delivered."""
+        stderr with this, and what follows the commit is still delivered. `defer_flush`: a
+        backend whose commit ends in a flush of its own (the JSON document's directory fsync)
+        may leave it, and what follows the commit, to the next unit's commit or to
+        `flush_deferred`: for a unit whose caller writes another at once and makes nothing
+        of this one known before it (a chain hop's finish, then its claims)."""
+        ...
+
+    def flush_deferred(self) -> None:
+        """What deferred units still owe (their flush, their rows and ends), now."""
         ...
 
     def due(self, now: datetime) -> AbstractContextManager[JobsUnit]:

@@ -167,8 +167,8 @@ class PgUnits:
 
     # --- units -------------------------------------------------------------------------------
 
-    def named(self, names: Iterable[str], *, meta: bool = False,
-              committed_note: str | None = None) -> AbstractContextManager[PgUnit]:
+    def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
+              defer_flush: bool = False) -> AbstractContextManager[PgUnit]:
         wanted = sorted(set(names))
         plan = (lambda conn: chain_rows.plan_named(conn, wanted)) if wanted else None
         return self._unit(_BY_NAMES if wanted else "false", {"names": wanted}, meta=meta, chains=plan)
@@ -199,6 +199,9 @@ class PgUnits:
         for then in unit.committed:
             then()
         self._after_commit(unit)
+
+    def flush_deferred(self) -> None:
+        """Nothing is deferred here: a transaction is durable at its commit."""
 
     def _after_commit(self, unit: PgUnit) -> None:
         """Nothing of the decision is left to write (its rows and records committed with it):
