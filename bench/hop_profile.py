@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_env, cronctl_cmd, machine_note, new_workdir, pct, stop_loop, wait_ticking  # noqa: E402
-from chain_hops import FAN, LINEAR, jobs_yaml  # noqa: E402
+from chain_hops import FAN, jobs_yaml  # noqa: E402
 
 TRACE_DIR = Path(__file__).resolve().parent / "hop_trace"
 Event = tuple[float, str, str, str]  # when, name, thread, detail
@@ -144,7 +144,6 @@ def main() -> None:
         print(f"kept: {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
-    _ = LINEAR
     print(machine_note())
 
 

@@ -35,6 +35,7 @@ def wrap(owner: Any, name: str, event: str, detail: Callable[..., str] | None = 
 
 
 def install() -> None:
+    """The wraps; CRONCTL_HOP_FINE=1 adds each step of a warm child's adoption."""
     from cronctl.loop import engine, hop_start
     from cronctl.proc import gate, reaping, shared, termination, warm, watcher
     from cronctl.store import json_unit, leases
@@ -72,14 +73,13 @@ def install() -> None:
     wrap(warm.WarmChild, "adopt", "warmadopt", after=False)
     if os.environ.get("CRONCTL_HOP_FINE"):
         from cronctl.loop import engine as eng
-        from cronctl.proc import spawn, supervisor, warm_pool
+        from cronctl.proc import supervisor, warm_pool
         wrap(supervisor, "preflight", "preflight")
         wrap(warm_pool, "open_run_log", "openlog")
         wrap(warm_pool.WarmPool, "_hand_over", "handover")
         wrap(warm_pool, "preface", "preface")
         wrap(eng.Engine, "request_of", "requestof")
         wrap(eng.Engine, "now_active", "nowactive")
-        _ = spawn
     orig_fsync = os.fsync
 
     def fsync(fd: Any) -> None:
