@@ -519,7 +519,9 @@ class Engine:
         ends = [RunEnd(result.run_id, outcome_of(result), run.job if run else None, run.log_path if run else None)
                 for result, run in zip(results, runs, strict=True)]
         try:
-            finished = self.ctx.leases.finish_many(self.owner, ends, now, self.held.lateness)
+            # Its directory fsync, rows and records wait for the hop's claim write below, whose
+            # commit makes both durable at once (or for flush_deferred): one fsync less a hop.
+            finished = self.ctx.leases.finish_many(self.owner, ends, now, self.held.lateness, defer_flush=True)
             self.held.lateness.clear()
             if os.environ.get(CRASH_ENV) == "after_finish":
                 os.kill(os.getpid(), signal.SIGKILL)  # test seam: die between a finish and the next claim
@@ -536,9 +538,14 @@ class Engine:
         hops = triggered_chains(finished)
         if hops:
             self.due.invalidate()  # what the hop below leaves (a full --max-parallel) fire_due claims
-        for run, done in zip(runs, finished, strict=True):
-            self._after_finish(run, done)
-        self._claim_hops(hops)
+        try:
+            self._claim_hops(hops)
+        finally:
+            try:
+                self.ctx.leases.flush_deferred()  # the ends durable, their rows and records written
+            finally:
+                for run, done in zip(runs, finished, strict=True):
+                    self._after_finish(run, done)
         return len(results)
 
     def busy(self) -> bool:
@@ -560,18 +567,16 @@ class Engine:
                 return
             adopting = HopStart(self)
             try:
+                # The adopted children's gates open inside, the moment the write commits (adopting.committed).
                 batch = self.ctx.leases.claim_chain(chain_id, self.ctx.clock.now(), self.owner, self.lease(), capacity,
                                                     start=adopting)
             except BaseException:
                 adopting.undo()  # nothing was written: their gates never open
                 raise
-            if batch.dispatched and os.environ.get(CRASH_ENV) == "after_hop_claim":
-                os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with a hop's runs marked, gates closed
-            self._open_adopted(batch, adopting.started)
             self.dispatch(adopting.rest(batch))
             self.hops_claimed += len(batch.claims)
 
-    def _open_adopted(self, batch: ClaimBatch, started: list[Dispatched]) -> None:
+    def open_adopted(self, batch: ClaimBatch, started: list[Dispatched]) -> None:
         """Open the gates of the hop's runs its claim write marked dispatched (run.started rows
         written with it); one it did not keep is cancelled at its gate, as dispatch does."""
         kept = {run.run_id for run in batch.dispatched}

@@ -55,6 +55,7 @@ _CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
 # call. Re-read at most this often.
 _BOOT_TIME_TTL = 1.0
 _boot_time_cache: tuple[float, float] = (float("-inf"), 0.0)
+_first_boot_time: float | None = None  # the first btime this process read (ticks_since_boot)
 
 
 def _boot_time() -> float:
@@ -69,7 +70,20 @@ def _boot_time() -> float:
                 value = float(line.split()[1])
                 break
     _boot_time_cache = (now, value)
+    global _first_boot_time
+    if _first_boot_time is None:
+        _first_boot_time = value
     return value
+
+
+def ticks_since_boot(start_time: float) -> float | None:
+    """A start time this process took with `identify`, in clock ticks since boot (/proc/<pid>/stat's
+    field 22), give or take a second; None if the wall clock was stepped since this process first
+    read the boot time (btime moves with it: the start time was then taken on another scale)."""
+    boot = _boot_time()
+    if _first_boot_time is None or abs(boot - _first_boot_time) > 1.0:
+        return None
+    return (start_time - boot) * _CLK_TCK
 
 
 def stat_fields(pid: int) -> list[bytes] | None:

@@ -95,14 +95,16 @@ def spawn_session(
 # --- pre-flight -------------------------------------------------------------
 
 
-def preflight(req: RunRequest) -> tuple[dict[str, str], list[str]]:
-    """The child's environment and gated argv, once the request is known to be startable."""
+def preflight(req: RunRequest, inherited: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The child's environment and gated argv, once the request is known to be startable.
+    `inherited`: `inherited_env(os.environ)`, when the caller made it once for a batch."""
     argv = _command_argv(req.command)
     cwd = _check_cwd(req.cwd)
+    base = inherited_env(os.environ) if inherited is None else inherited
     try:
         # The job's user, env_file and limits: the environment, and the helper that sets
         # them up in the child before its gate (proc/become.py).
-        prepared = prepare(req.setup, inherited_env(os.environ), req.env, _gate_argv(req.command, cwd))
+        prepared = prepare(req.setup, base, req.env, _gate_argv(req.command, cwd))
     except SetupBlocked as exc:
         raise BlockedConfig(exc.field, exc.message) from None
     env, gated = prepared.env, prepared.argv

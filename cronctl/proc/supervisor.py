@@ -16,7 +16,7 @@ import errno
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from cronctl.proc.echo import EchoSink
 from cronctl.proc.fds import raise_fd_limit
@@ -102,13 +102,14 @@ class Supervisor:
             self._shared.wake()
         return Spawned(req.run_id, child.pid, child.start_time)
 
-    def adopt_warm(self, req: RunRequest) -> Spawned | None:
+    def adopt_warm(self, req: RunRequest, inherited: Mapping[str, str] | None = None) -> Spawned | None:
         """`req`'s gated child from a warm child made ahead (proc/warm.py), or None (none left, or
         none can be this run: the caller spawns it as usual). Spawns nothing: cheap enough to
-        do while a store write holds its lock. The caller calls `wake()` after the batch."""
+        do while a store write holds its lock. The caller calls `wake()` after the batch (opening
+        their gates does). `inherited`: preflight's, made once for the batch."""
         try:
             self._check_accepting(req.run_id)
-            env, argv = preflight(req)
+            env, argv = preflight(req, inherited)
             adopted = self.warm.adopt(req, env, argv, self._track)
         except (RuntimeError, ValueError, BlockedConfig, SpawnError):
             return None  # the usual spawn meets it again, and says so (its claim refused there)

@@ -135,7 +135,8 @@ class ScanQueue(Generic[T]):
                 return []
         self._waiting_since = None
         asked, self._asked = self._asked, {}
-        found = snapshot_runs({run_id: root for run_id, (_, root, _) in asked.items()})
+        # The supervisor's own runs: their roots' identities were taken by this process.
+        found = snapshot_runs({run_id: root for run_id, (_, root, _) in asked.items()}, own_roots=True)
         return [(item, purpose, found.get(run_id, [])) for run_id, (item, _, purpose) in asked.items()]
 
     def timeout(self, now: float, more_may_come: bool = True) -> float | None:

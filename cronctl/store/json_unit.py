@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
+from cronctl.errors import StoreWriteError
 from cronctl.paths import Paths
 from cronctl.store import chain_skips, history, outbox
 from cronctl.store.audit import AuditLog
@@ -35,6 +36,7 @@ class JsonUnit:
         self.doc = doc
         self.rows: list[Event] = []
         self.ends: list[tuple[list[Event], Finished, bool]] = []
+        self.committed: list[Callable[[], None]] = []  # on_commit's, in order
 
     def judge(self, asked: datetime) -> datetime:
         return asked
@@ -61,6 +63,9 @@ class JsonUnit:
     def renewed_since_judged(self, job: str, run_id: str, reason: str, now: datetime) -> bool:
         return False  # one host: an owner judged dead stays dead; the reclaim is fenced on the owner alone
 
+    def on_commit(self, then: Callable[[], None]) -> None:
+        self.committed.append(then)
+
 
 class JsonUnits:
     """`Units` over the JSON document (see the module doc)."""
@@ -75,14 +80,16 @@ class JsonUnits:
         # Delivered entries of the outbox, dropped from the store by the next write made anyway.
         self._settled: set[tuple[str, str]] = set()
         self._settled_lock = threading.Lock()
+        # Units committed with their directory fsync deferred (and their notes), in order.
+        self._deferred: list[tuple[JsonUnit, str | None]] = []
 
     # --- units -------------------------------------------------------------------------------
 
-    def named(self, names: Iterable[str], *, meta: bool = False,
-              committed_note: str | None = None) -> AbstractContextManager[JsonUnit]:
+    def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
+              defer_flush: bool = False) -> AbstractContextManager[JsonUnit]:
         # The body looks jobs up by name only: a lazy document, where a few jobs of a large
         # store cost a few jobs, not the store (its counters and metrics are always there).
-        return self._unit(lazy=True, committed_note=committed_note)
+        return self._unit(lazy=True, committed_note=committed_note, defer_flush=defer_flush)
 
     def due(self, now: datetime) -> AbstractContextManager[JsonUnit]:
         return self._unit(lazy=False)
@@ -98,14 +105,17 @@ class JsonUnits:
         return self._unit(lazy=True)
 
     @contextmanager
-    def _unit(self, lazy: bool, committed_note: str | None = None) -> Iterator[JsonUnit]:
+    def _unit(self, lazy: bool, committed_note: str | None = None, defer_flush: bool = False) -> Iterator[JsonUnit]:
         """A store transaction that also drops the outbox entries delivered since the last
-        one; its rows and run ends delivered once the document is in place."""
+        one; its rows and run ends delivered once the document is in place and durable.
+
+        `defer_flush` (see `Units.named`): its directory fsync, and so its rows and ends, wait
+        for the next unit's commit or `flush_deferred`."""
         with self._settled_lock:
             settled = set(self._settled)
         rev = self.store.last_written_rev
         try:
-            with self.store.transaction(lazy_jobs=lazy) as doc:
+            with self.store.transaction(lazy_jobs=lazy, flush=not defer_flush) as doc:
                 unit = JsonUnit(doc)
                 yield unit
                 if settled:
@@ -116,7 +126,28 @@ class JsonUnits:
             print(f"cronctl: {committed_note} but said: {exc}", file=sys.stderr)
         with self._settled_lock:
             self._settled -= settled
-        self._after_commit(unit)
+            if defer_flush:
+                self._deferred.append((unit, committed_note))
+        for then in unit.committed:
+            then()
+        if not defer_flush:
+            self.flush_deferred()  # this commit's fsync made theirs durable too: theirs come first
+            self._after_commit(unit)
+
+    def flush_deferred(self) -> None:
+        """What deferred units still owe, in order: the directory fsync (if no commit since made
+        it), then their rows and run ends. A failed fsync is said as their committed_note says."""
+        with self._settled_lock:
+            deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        try:
+            self.store.flush_directory()
+        except StoreWriteError as exc:
+            note = deferred[0][1] or "the store was written"
+            print(f"cronctl: {note} but said: {exc}", file=sys.stderr)
+        for unit, _ in deferred:
+            self._after_commit(unit)
 
     def _committed_anyway(self, rev_before: int | None) -> bool:
         """Whether a transaction that raised had put its document in place (a failed directory
@@ -138,8 +169,8 @@ class JsonUnits:
             self._deliver(rows, done, settle=not hook)
 
     def _write(self, events: list[Event]) -> None:
-        for event in events:
-            self.audit.append(event.name, **event.details)
+        # One O_APPEND write for the lot: a hop's claim writes 40 rows before its gates open.
+        self.audit.append_many([(event.name, event.details) for event in events])
         # A chain node skipped in this write is a run: its history record follows its row.
         chain_skips.write_records(self.paths, [(event.name, event.details) for event in events])
 

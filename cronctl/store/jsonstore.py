@@ -204,6 +204,9 @@ class Store:
         # The signature of the document this Store last wrote (or found in serialize()'s
         # form), under the lock: the one whose job lines a transaction may parse lazily.
         self._written: StoreSignature | None = None
+        # A transaction's rename not yet made durable by a directory fsync (transaction(flush=False)):
+        # the next transaction that writes makes it so, or flush_directory().
+        self._dir_unflushed = False
 
     @property
     def last_written_rev(self) -> int | None:
@@ -303,7 +306,7 @@ class Store:
     # --- changing ---------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, lazy_jobs: bool = False) -> Iterator[Document]:
+    def transaction(self, lazy_jobs: bool = False, flush: bool = True) -> Iterator[Document]:
         """Lock, read, let the caller mutate the document in place, write it if it changed.
 
         On an exception in the body nothing is written. A store that does not parse
@@ -318,6 +321,12 @@ class Store:
         is the document this Store last wrote, ``doc["jobs"]`` is then a `LazyJobs`
         that parses a job's line when it is first looked up, and only changed lines
         are serialized again (see `lazyjobs`). Otherwise it is an ordinary dict.
+
+        `flush=False`: the document is fsync'd and renamed into place, but the directory is
+        not fsync'd: until the next transaction that writes (or `flush_directory`), a power
+        loss may bring back the document before it (a process's death cannot). For a write
+        whose caller makes another at once, with nothing of the first made known before it
+        (a chain hop: the upstream's end, then its dependants' claims; store/json_unit.py).
         """
         with self._exclusive():
             self._remove_stale_temps()
@@ -341,7 +350,16 @@ class Store:
             # Recorded before the directory fsync: the new document is in place even
             # if that fsync fails and raises.
             self._local.rev = rev + 1
-            write.flush_directory()
+            self._dir_unflushed = True
+            if flush:
+                write.flush_directory()  # this rename's, and that of any write before it
+                self._dir_unflushed = False
+
+    def flush_directory(self) -> None:
+        """Make the last rename durable, if a transaction(flush=False) left it not yet so."""
+        if self._dir_unflushed:
+            _AtomicWrite(self._paths, self._fault).flush_directory()
+            self._dir_unflushed = False
 
     def _open(self, raw: bytes | None, signature: StoreSignature,
               lazy_jobs: bool) -> tuple[Document, LazyJobs | None]:

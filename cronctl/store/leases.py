@@ -30,7 +30,6 @@ takes on a unit's document are the pure functions of claims.py and decisions.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -49,9 +48,19 @@ from cronctl.store.schema import bump_counter
 from cronctl.store.suspects import Suspect, suspects_in
 from cronctl.store.unit import CHAINS_NOT_STORED, JobsUnit, Units
 
-# Children already there for some of a write's new claims (a hop's warm children, adopted
-# while its unit holds the jobs' lock): the runs given one, with their identities.
-StartInWrite = Callable[[list[claims_mod.NewClaim]], list[Dispatched]]
+
+class StartInWrite(Protocol):
+    """Children already there for some of a write's new claims (a hop's warm children,
+    adopted while its unit holds the jobs' lock)."""
+
+    def __call__(self, claims: list[claims_mod.NewClaim]) -> list[Dispatched]:
+        """The runs given one, with their identities (marked dispatched in the same write)."""
+        ...
+
+    def committed(self, batch: ClaimBatch) -> None:
+        """The write is committed (`batch.dispatched` as kept): their gates may open now,
+        before the write's rows are delivered."""
+        ...
 
 __all__ = ["HeldGate", "JsonLeaseStore", "LeaseStore", "Refused", "RunClaim", "RunEnd", "StartInWrite", "Suspect",
            "UnitLeaseStore", "Unhold", "run_claim"]
@@ -78,7 +87,9 @@ class LeaseStore(Protocol):
     def renew(self, owner: Owner, runs: dict[str, str], lease: Lease) -> list[str]: ...
 
     def finish_many(self, owner: Owner, ends: list[RunEnd], now: datetime,
-                    lateness: list[float] | None = None) -> list[Finished]: ...
+                    lateness: list[float] | None = None, defer_flush: bool = False) -> list[Finished]: ...
+
+    def flush_deferred(self) -> None: ...
 
     def adopt(self, old: Owner, new: Owner, runs: dict[str, str]) -> int: ...
 
@@ -243,15 +254,17 @@ class UnitLeaseStore:
     # --- finish ------------------------------------------------------------------------------
 
     def finish_many(self, owner: Owner, ends: list[RunEnd], now: datetime,
-                    lateness: list[float] | None = None) -> list[Finished]:
+                    lateness: list[float] | None = None, defer_flush: bool = False) -> list[Finished]:
         """The fenced terminal writes of a batch of ended runs, in one unit.
 
         Then, per run: its audit rows, its history record (with its log) and the pruning
         of its old logs. Raises if nothing could be written: the caller keeps the ends.
+        `defer_flush` (Units.named): those, and the JSON document's directory fsync, wait for
+        the caller's next write or `flush_deferred` (the loop's chain hop: its claim write).
         """
         jobs = self._jobs_of(ends)
         finished: list[Finished] = []
-        with self.units.named({job for job in jobs.values() if job}, meta=True,
+        with self.units.named({job for job in jobs.values() if job}, meta=True, defer_flush=defer_flush,
                               committed_note=f"the store recorded {len(ends)} run end(s)") as unit:
             at = unit.judge(now)
             for end in ends:
@@ -386,8 +399,11 @@ class UnitLeaseStore:
         `start`: the caller's children already there (warm ones) for some of the new claims,
         adopted while this unit holds the lock; those runs are marked dispatched in this same
         write, with their run.started rows (`batch.dispatched`), so their gates need no second
-        write. A crash after this commit leaves them as any dispatched run whose gate never
-        opened: reclaimed `lost`, their processes found by the identity recorded here.
+        write; `start.committed` opens them right after the commit, before those rows are
+        delivered (on PostgreSQL they committed with it; on JSON a crash before them loses
+        them whichever comes first). A crash
+        after this commit leaves them as any dispatched run whose gate never opened:
+        reclaimed `lost`, their processes found by the identity recorded here.
         """
         self._need_chains()
         batch = ClaimBatch()
@@ -397,6 +413,7 @@ class UnitLeaseStore:
             unit.emit(batch.events)
             if start is not None and batch.claims:
                 self._dispatch_in_write(unit, owner, start(batch.claims), at, batch)
+                unit.on_commit(lambda: start.committed(batch))
         return batch
 
     @staticmethod
@@ -421,6 +438,10 @@ class UnitLeaseStore:
     def flush_settled(self) -> None:
         """Drop the settled entries now (a process about to exit)."""
         self.units.flush_settled()
+
+    def flush_deferred(self) -> None:
+        """What a `finish_many(defer_flush=True)` still owes (its flush, rows and records), now."""
+        self.units.flush_deferred()
 
     def deliver_pending(self, writer_alive: WriterAlive, doc: dict[str, Any] | None = None) -> list[OwedHook]:
         """Complete what writers that died left pending (rows, records); the hooks returned

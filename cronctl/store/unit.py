@@ -8,6 +8,7 @@ must follow them:
 
 - `emit(events)`: audit rows;
 - `record(done, rows, hook)`: a run's end, with its audit rows and its history record;
+- `on_commit(then)`: what the caller does the moment the unit is committed, before the rest;
 
 and the unit commits when its block ends cleanly (nothing is written when it raises).
 How those reach the audit log and the history is the backend's plumbing, not the
@@ -25,7 +26,7 @@ lease found under the lock (`renewed_since_judged`: PostgreSQL, MULTIHOST §4).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -79,6 +80,11 @@ class JobsUnit(Protocol):
         """Whether a reclaim for `reason` must leave the run: its lease is fresh again."""
         ...
 
+    def on_commit(self, then: Callable[[], None]) -> None:
+        """Call `then` right after this unit commits, before its rows are delivered (a chain
+        hop's gates open there: the rows need not come first). Not called if it does not commit."""
+        ...
+
 
 class Units(Protocol):
     """A backend's way to units of work, its read primitives and its outbox."""
@@ -86,11 +92,19 @@ class Units(Protocol):
     chains: bool  # job chains (SPEC §10) are stored here
     shared: bool  # many loops share this store: a notification's try is leased to one of them
 
-    def named(self, names: Iterable[str], *, meta: bool = False,
-              committed_note: str | None = None) -> AbstractContextManager[JobsUnit]:
+    def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
+              defer_flush: bool = False) -> AbstractContextManager[JobsUnit]:
         """The jobs `names` (those that exist). `meta`: the unit may change the counters or
         metrics. `committed_note`: a failure after the document was put in place is said on
-        stderr with this, and what follows the commit is still delivered."""
+        stderr with this, and what follows the commit is still delivered. `defer_flush`: a
+        backend whose commit ends in a flush of its own (the JSON document's directory fsync)
+        may leave it, and what follows the commit, to the next unit's commit or to
+        `flush_deferred`: for a unit whose caller writes another at once and makes nothing
+        of this one known before it (a chain hop's finish, then its claims)."""
+        ...
+
+    def flush_deferred(self) -> None:
+        """What deferred units still owe (their flush, their rows and ends), now."""
         ...
 
     def due(self, now: datetime) -> AbstractContextManager[JobsUnit]:

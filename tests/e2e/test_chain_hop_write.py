@@ -17,6 +17,7 @@ from cronctl.context import Context
 from cronctl.loop.engine import Engine, build_engine
 from cronctl.ops import definitions as ops
 from cronctl.ops.runs import cli_owner
+from cronctl.store import jsonstore
 from tests.e2e.test_chain_hops import steady_tick, wait_result
 from tests.helpers.loophelp import audit_rows, cli, start_loop, stop, wait_ticking, wait_until
 
@@ -78,6 +79,31 @@ def test_a_warm_fan_out_hop_is_the_finish_write_and_one_claim_write(home: Path) 
         assert record["status"] == "success" and Path(record["log"]).read_text() == "ran\n"
 
 
+def test_the_hops_finish_leaves_its_directory_fsync_to_the_claim_write(home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finish write is fsync'd and renamed, its directory fsync (and its rows) left to the
+    claim write right after it: one directory fsync makes both durable before any gate opens,
+    and none is left owed once record_results returns, with a hop or without one."""
+    flushed: list[int] = []
+    real = jsonstore._fsync_directory
+    monkeypatch.setattr(jsonstore, "_fsync_directory", lambda path: (flushed.append(1), real(path))[1])
+    ctx, engine, chain_id = fan_out(home, {"w0": {}, "w1": {}})
+    try:
+        assert steady_tick(engine) == (0, 1)
+        wait_result(engine)
+        flushed.clear()
+        with counted_writes(ctx) as writes:
+            assert engine.record_results() == 1 and engine.hops_claimed == 2
+        assert (len(writes), len(flushed)) == (2, 1), "two writes, one directory fsync (the claim's)"
+        assert not ctx.store._dir_unflushed and [r["job"] for r in audit_rows(home, "run.finished")] == ["r"]
+        flushed.clear()
+        run_out(engine)  # w0's and w1's ends: no hop follows them
+        assert len(flushed) >= 1 and not ctx.store._dir_unflushed, "an end with no hop after it is flushed at once"
+    finally:
+        engine.supervisor.shutdown("shutdown", wait=10)
+    assert ctx.store.read()["chains"][chain_id]["outcome"] == "success"
+
+
 def test_a_dependant_no_warm_child_can_be_is_spawned_and_marked_after_the_claim_write(home: Path) -> None:
     """A value with a newline cannot be said to a warm child (proc/warm.py): w1 is spawned as before."""
     ctx, engine, chain_id = fan_out(home, {"w0": {}, "w1": {"env": {"NOTE": "two\nlines"}}, "w2": {}})
@@ -108,8 +134,12 @@ jobs:
     assert cli(home, "apply", "-f", str(jobs)).returncode == 0
     crashing = start_loop(home, env={"CRONCTL_FAULT_LOOP_CRASH": "after_hop_claim"})
     assert crashing.wait(timeout=60) == -9, "the seam killed the loop after the hop's claim write"
+    ctx = Context.open(home)
+    marked = {claim.job: claim.child for job in ("b", "c") for claim in ctx.leases.claims_of(job) if claim.dispatched}
+    assert set(marked) == {"b", "c"} and all(child and child["pid"] for child in marked.values()), \
+        "b and c were marked dispatched, their warm children's identities recorded, by the hop's claim write"
     started = {row["job"] for row in audit_rows(home, "run.started")}
-    assert started == {"a", "b", "c"}, "b and c were marked dispatched by the hop's claim write"
+    assert started == {"a"}, "the seam is at the commit, before the write's rows (the gates open there)"
     loop = start_loop(home)
     try:
         wait_ticking(home, loop)

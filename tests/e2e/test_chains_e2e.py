@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from cronctl.context import Context
 from tests.helpers.loophelp import audit_rows, cli, start_loop, stop, wait_ticking, wait_until
 
 pytestmark = pytest.mark.slow
@@ -122,8 +124,13 @@ def test_kill_9_after_a_finishes_still_fires_b_and_c_exactly_once(home: Path, tm
     assert cli(home, "apply", "-f", str(write_jobs(tmp_path, diamond_yaml(out, "true")))).returncode == 0
     crashing = start_loop(home, env={"CRONCTL_FAULT_LOOP_CRASH": "after_finish"})
     assert crashing.wait(timeout=60) == -9, "the seam killed the loop after a's finish write"
-    assert [r["job"] for r in audit_rows(home, "run.finished")] == ["a"]
-    assert len(audit_rows(home, "chain.triggered")) == 2, "b and c were triggered in a's finish write"
+    [chain] = Context.open(home).store.read()["chains"].values()
+    nodes = {name: node["status"] for name, node in chain["nodes"].items()}
+    assert {name: nodes[name] for name in "abcd"} == {"a": "success", "b": "ready", "c": "ready", "d": "waiting"}, \
+        "a's end and b's and c's triggers were in a's finish write"
+    # Its rows wait in the store's outbox for the hop's claim write (the loop's finish defers
+    # them and its directory fsync to it): the next loop delivers them, once.
+    assert not audit_rows(home, "run.finished") and not audit_rows(home, "chain.triggered")
     assert not audit_rows(home, "run.claimed", "b") and not audit_rows(home, "run.claimed", "c")
     loop = start_loop(home)
     try:
@@ -133,6 +140,9 @@ def test_kill_9_after_a_finishes_still_fires_b_and_c_exactly_once(home: Path, tm
         assert stop(loop) == 0
     assert len(finished(home, "b")) == 1 and len(finished(home, "c")) == 1 and len(finished(home, "d")) == 1
     assert len((out / "b").read_text().splitlines()) == 1 and len((out / "c").read_text().splitlines()) == 1
+    triggered = sorted(row["job"] for row in audit_rows(home, "chain.triggered") if row["after"] == ["a"])
+    assert len(finished(home, "a")) == 1 and triggered == ["b", "c"], \
+        "a's rows, left in the outbox by the crash, delivered once by the next loop"
 
 
 def test_fifty_chains_back_to_back_with_overlap_skip_leave_no_duplicate(home: Path, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from cronctl.proc import identity as procs
-from cronctl.proc.find import find_run_processes
+from cronctl.proc.find import find_run_processes, snapshot_runs
 from cronctl.proc.identity import ProcIdentity
 from cronctl.proc.kill import terminate_run
 from tests.helpers.runnerhelp import live_group_members
@@ -140,6 +140,40 @@ def test_a_setsid_escapee_is_found_by_its_environment(run_id: str) -> None:
     assert wait_until(lambda: os.getsid(escapee) == escapee, SETTLE)
     assert escapee in pids(find_run_processes(run_id))
     assert escapee in pids(find_run_processes(run_id, root))
+
+
+def test_the_supervisors_pass_still_finds_a_setsid_escapee_by_its_environment(run_id: str) -> None:
+    """snapshot_runs(own_roots=True) reads the environment only of processes started since
+    the root: an escapee was forked by the run, after its root, so it is among them."""
+    shell = start(["sh", "-c", "setsid sleep 30 & echo $!"], run_id, stdout=subprocess.PIPE)
+    root = procs.identify(shell.pid)
+    assert shell.stdout is not None and root is not None
+    escapee = int(shell.stdout.readline())
+    shell.wait()
+    assert wait_until(lambda: os.getsid(escapee) == escapee, SETTLE)
+    assert escapee in pids(snapshot_runs({run_id: root}, own_roots=True)[run_id])
+
+
+def test_the_supervisors_pass_reads_no_environment_older_than_its_roots(run_id: str) -> None:
+    """A process started more than a second before every root cannot have been forked by
+    their runs: its environment is not read (the pass no longer costs every process's)."""
+    elder = start(["sleep", "30"], run_id)
+    try:
+        assert wait_until(lambda: find_run_processes(run_id) != [], SETTLE), "it carries the run's variable"
+        time.sleep(1.2)
+        later = start(["sleep", "30"])
+        root = procs.identify(later.pid)
+        assert root is not None
+        try:
+            assert pids(snapshot_runs({run_id: root})[run_id]) == {elder.pid, later.pid}, "every environment read"
+            assert pids(snapshot_runs({run_id: root}, own_roots=True)[run_id]) == {later.pid}, \
+                "the root alone: not one older than it"
+        finally:
+            later.kill()
+            later.wait()
+    finally:
+        elder.kill()
+        elder.wait()
 
 
 def test_the_root_and_its_descendants_are_found_even_without_the_variable(run_id: str) -> None:

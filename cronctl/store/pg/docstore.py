@@ -179,7 +179,7 @@ class PgDocStore(Store):
     # --- changing ---------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, lazy_jobs: bool = False) -> Iterator[Document]:
+    def transaction(self, lazy_jobs: bool = False, flush: bool = True) -> Iterator[Document]:
         """Refused: on PostgreSQL, definitions are written by `PgDefinitions`, runs by `PgLeaseStore`."""
         raise StoreError(f"the PostgreSQL store ({self.url.shown}) is not written as a document: "
                          "definitions go through ctx.definitions, runs through ctx.leases; nothing was changed")

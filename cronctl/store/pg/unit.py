@@ -72,6 +72,7 @@ class PgUnit:
         self.clock = clock
         self.chosen_at = chosen_at  # the instant the rows were chosen at, when that decides (`ahead`)
         self.kept_runs: dict[str, int | None] = {}  # job -> its keep_runs, for the log pruning after the commit
+        self.committed: list[Callable[[], None]] = []  # on_commit's, in order
 
     @property
     def doc(self) -> dict[str, Any]:
@@ -120,6 +121,9 @@ class PgUnit:
     def renewed_since_judged(self, job: str, run_id: str, reason: str, now: datetime) -> bool:
         return lease_fence.renewed_since_judged(self.tx.doc, job, run_id, reason, now)
 
+    def on_commit(self, then: Callable[[], None]) -> None:
+        self.committed.append(then)
+
 
 class PgUnits:
     """`Units` over one PostgreSQL connection, one transaction at a time (its `lock`)."""
@@ -162,8 +166,8 @@ class PgUnits:
 
     # --- units -------------------------------------------------------------------------------
 
-    def named(self, names: Iterable[str], *, meta: bool = False,
-              committed_note: str | None = None) -> AbstractContextManager[PgUnit]:
+    def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
+              defer_flush: bool = False) -> AbstractContextManager[PgUnit]:
         wanted = sorted(set(names))
         plan = (lambda conn: chain_rows.plan_named(conn, wanted)) if wanted else None
         return self._unit(_BY_NAMES if wanted else "false", {"names": wanted}, meta=meta, chains=plan)
@@ -191,7 +195,12 @@ class PgUnits:
                                         skip_locked=skip_locked, chains=chains) as tx:
             unit = PgUnit(tx, self.judge_by, self.clock, chosen_at)
             yield unit
+        for then in unit.committed:
+            then()
         self._after_commit(unit)
+
+    def flush_deferred(self) -> None:
+        """Nothing is deferred here: a transaction is durable at its commit."""
 
     def _after_commit(self, unit: PgUnit) -> None:
         """Nothing of the decision is left to write (its rows and records committed with it):
