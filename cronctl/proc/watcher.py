@@ -106,7 +106,8 @@ class Watcher:
             instants.append(self._next_orphan_reap)
         now = self._mono()
         waits = [max(0.0, instant - now) for instant in instants]
-        scan_wait = self._scans.timeout(now, self._others_running())
+        scan_wait = (self._scans.timeout(now, self._others_running(), self._shared.burst_until)
+                     if self._scans.gathering else None)
         if scan_wait is not None:
             waits.append(scan_wait)
         backstop = WAKE_BACKSTOP if self._heap or scan_wait is not None else self._shared.backstop()
@@ -206,7 +207,9 @@ class Watcher:
 
     def _run_scans(self, now: float) -> None:
         """Find the processes of every run that asked this round, in one /proc pass."""
-        for run, purpose, processes in self._scans.take(now, self._others_running()):
+        if not self._scans.asked:
+            return  # the usual round: no O(runs) look at who still runs
+        for run, purpose, processes in self._scans.take(now, self._others_running(), self._shared.burst_until):
             if run.finalized:
                 continue
             run.stopping.found(purpose, processes, run.pid, run.req.kill_grace, now)
