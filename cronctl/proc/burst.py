@@ -16,3 +16,10 @@ BURST_QUIET_MAX = 1.0
 def burst_quiet(opened: int) -> float:
     """Seconds after `opened` gates opened together during which a run's end waits."""
     return min(BURST_QUIET_MAX, BURST_QUIET_PER_RUN * opened)
+
+
+# While a burst of at least BURST_PACED_MIN children starts, the supervisor thread looks at
+# what happened (exits, output) at most once per BURST_ROUND seconds, all of it at once,
+# instead of once per child's end: each look costs it a pass over every run it holds.
+BURST_PACED_MIN = 50
+BURST_ROUND = 0.01

@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from cronctl.proc.burst import burst_quiet
+from cronctl.proc.burst import BURST_PACED_MIN, burst_quiet
 from cronctl.proc.fds import close_all, pipe
 from cronctl.proc.run import TrackedRun
 
@@ -53,6 +53,7 @@ class SharedRuns:
         # waits for its leftovers pass and result (proc/burst.py). Set under the lock, read
         # by the supervisor thread (a float: a stale read only moves the pass by a round).
         self.burst_until = float("-inf")
+        self.paced_until = float("-inf")  # the same for a burst of BURST_PACED_MIN or more
         self.wakes_lost = 0  # wake-up writes that failed (not for a full pipe)
         self.wake_owed = False  # the last wake-up write failed: the next call tries again
 
@@ -157,8 +158,12 @@ class SharedRuns:
     def _burst(self, opened: list[TrackedRun], burst: int) -> None:
         """Gates were just opened together: their runs' ends wait while the burst's children start."""
         started = [run.gate.opened_mono for run in opened if run.gate.state == "open"]
-        if started and started[0] is not None:
-            self.burst_until = max(self.burst_until, started[0] + burst_quiet(max(len(started), burst)))
+        if not started or started[0] is None:
+            return
+        size = max(len(started), burst)
+        self.burst_until = max(self.burst_until, started[0] + burst_quiet(size))
+        if size >= BURST_PACED_MIN:
+            self.paced_until = max(self.paced_until, self.burst_until)
 
     def open_gates_at(self, when: float, run_ids: tuple[str, ...], burst: int = 0) -> None:
         with self.lock:
