@@ -71,11 +71,16 @@ def lead(configured: float, together: int, spawn_cost: float, release_write: flo
     return configured + 2 * together * spawn_cost + 3 * release_write
 
 
+# A write of more runs than any measured is judged in proportion, up to this many times
+# the measured one: from a small write (its fixed cost counted once per run), the proportion
+# would run to seconds and claim the next burst while this one starts.
+WRITE_SCALE_MAX = 4.0
+
+
 def write_for(runs: int, took: float, of: int) -> float:
     """How long a write of `runs` held runs may take, from one of `of` runs that took `took`:
-    as long at least, and in proportion for more (each run's job row is read and written).
-    A release of 500 runs judged by the last one of 9 opened its gates 250 ms late."""
-    return took * max(1.0, runs / max(1, of))
+    as long at least, and in proportion for more (each run's job row is read and written)."""
+    return took * min(WRITE_SCALE_MAX, max(1.0, runs / max(1, of)))
 
 
 def release_margin(release_write: float) -> timedelta:
@@ -135,7 +140,9 @@ class HeldRuns:
         return release_margin(self.write_estimate(runs))
 
     def write_estimate(self, runs: int) -> float:
-        """Seconds the release write of `runs` held runs may take."""
+        """Seconds the release write of `runs` held runs may take: judged by the largest write
+        of held runs measured (the claim of these very runs, usually), not by the last release
+        alone (a release of 500 runs judged by the last one, of 9, opened its gates 250 ms late)."""
         if self.sized_write is None:
             return self.release_write
         return max(self.release_write, write_for(runs, *self.sized_write))

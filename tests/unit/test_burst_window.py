@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-from cronctl.loop.held import HeldRun, HeldRuns
+from cronctl.loop.held import WRITE_SCALE_MAX, HeldRun, HeldRuns
 from cronctl.models import JobSpec
 from cronctl.proc.burst import BURST_PACED_MIN, BURST_QUIET_MAX, burst_quiet
 from cronctl.proc.gate import Gate
@@ -25,7 +25,7 @@ def held(run_id: str, due: datetime, together: int = 1) -> HeldRun:
     return HeldRun("tick", run_id, SPEC, "slot", due, None, 4242, 1.0, together=together)
 
 
-def test_a_big_release_is_judged_by_its_size_not_by_the_last_small_one() -> None:
+def test_a_big_release_is_judged_by_the_claim_of_its_runs_not_by_the_last_small_release() -> None:
     runs = HeldRuns()
     small = [held(f"s{i}", T0) for i in range(9)]
     for run in small:
@@ -33,14 +33,26 @@ def test_a_big_release_is_judged_by_its_size_not_by_the_last_small_one() -> None
     runs.released(small, write_took=0.010)  # the last release: 9 runs, 10 ms
     for run in small:
         runs.started(run, T0)
+    runs.claimed(claim_write=0.2, spawned=500, spawn_took=1.0, claims=500)  # the next burst's claim
     due = T0 + timedelta(seconds=1)
     for i in range(500):
         runs.hold(held(f"b{i}", due, together=500))
 
-    # Judged by the last write alone (10 ms), these would be released 70 ms before their
-    # instant; a write of 500 runs takes about 500/9 as long, so they go well before.
-    assert runs.write_estimate(500) >= 0.010 * 500 / 9
-    assert len(runs.to_release(due - timedelta(seconds=0.5), force=False)) == 500
+    # Judged by the last release alone (10 ms), these would be released 70 ms before their
+    # instant, and the write of 500 runs (about as long as their claim) would open them late.
+    assert runs.write_estimate(500) == 0.2
+    assert len(runs.to_release(due - timedelta(seconds=0.4), force=False)) == 500
+
+
+def test_a_write_of_more_runs_than_any_measured_is_judged_in_proportion_within_bounds() -> None:
+    runs = HeldRuns()
+    few = [held(f"s{i}", T0) for i in range(9)]
+    for run in few:
+        runs.hold(run)
+    runs.released(few, write_took=0.010)
+    assert runs.write_estimate(18) == 0.020
+    # From 9 runs, 500 would be 0.56 s: the next burst's claim then falls in this one's start.
+    assert runs.write_estimate(500) == 0.010 * WRITE_SCALE_MAX
     assert runs.margin(9) == timedelta(seconds=0.05 + 2 * 0.010)  # a small one as before
 
 
