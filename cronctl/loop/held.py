@@ -120,6 +120,10 @@ class HeldRuns:
         # what a release of more runs than the last one is judged by (write_for).
         self.sized_write: tuple[float, int] | None = None
         self.spawn_cost = SPAWN_COST_START  # seconds per gated child, as last measured
+        # Children spawned by the claim that measured spawn_cost: a claim of fewer than half as
+        # many (a share of a split burst) does not replace it, or the lead of the next whole
+        # burst is judged by a few children spawned in a quiet moment.
+        self.spawn_batch = 0
         self.lateness: list[float] = []  # observed, not yet persisted (the next release or finish writes it)
         self.quiet_until: datetime | None = None  # no result recording before (a burst starts)
         self.handed_back = 0  # runs claimed ahead that shutdown handed back unstarted
@@ -160,8 +164,9 @@ class HeldRuns:
             # first release, or one of more runs than the last, is otherwise judged too short
             # and opens its gates late. (An empty claim tells nothing: another loop took the burst.)
             self._measured(claim_write, claims)
-        if spawned:
+        if spawned and 2 * spawned >= self.spawn_batch:
             self.spawn_cost = max(0.0005, spawn_took / claims)
+            self.spawn_batch = spawned
 
     def hold(self, run: HeldRun) -> None:
         self.runs[run.run_id] = run

@@ -128,3 +128,12 @@ def test_opening_a_burst_sets_the_window_of_the_whole_burst() -> None:
     finally:
         for end in ends:
             os.close(end)
+
+
+def test_the_lead_of_a_whole_burst_is_not_judged_by_a_few_children_of_a_share() -> None:
+    runs = HeldRuns()
+    runs.claimed(claim_write=0.2, spawned=500, spawn_took=2.0, claims=500)  # 4 ms a child
+    runs.claimed(claim_write=0.02, spawned=25, spawn_took=0.025, claims=25)  # a share, 1 ms a child
+    assert runs.spawn_cost == 0.004
+    runs.claimed(claim_write=0.2, spawned=300, spawn_took=0.6, claims=300)  # a big one: measured again
+    assert runs.spawn_cost == 0.002
