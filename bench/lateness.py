@@ -250,15 +250,17 @@ def run_gate_floor(k: int, rounds: int, interval: float) -> dict[str, Any]:
     work = new_workdir(f"late-gate-{k}")
     ledger = work / "ledger"
     lines = [job_line(f"j{i:04d}", ledger) for i in range(k)]
-    script = 'read line <&3; exec 3<&-; [ "$line" = go ] && eval "$1"'
+    # The gate is the child's stdin, not its fd 3 as in cronctl's gate: the cost is the same (one
+    # read, one close) and no fd of the parent can collide with it (`flock LOCK python ...` leaves
+    # the lock on fd 3, which a dup2 onto 3 in preexec_fn lost to close_fds: every gate broken).
+    script = 'read line; exec 0<&-; [ "$line" = go ] && eval "$1"'
     instants: list[float] = []
     for _ in range(rounds):
         gates = []
         children = []
         for line in lines:
             r, w = os.pipe()
-            children.append(subprocess.Popen(["/bin/sh", "-c", script, "gate", line], pass_fds=(r,),
-                                             stdin=subprocess.DEVNULL, close_fds=True, **_fd3(r)))
+            children.append(subprocess.Popen(["/bin/sh", "-c", script, "gate", line], stdin=r, close_fds=True))
             os.close(r)
             gates.append(w)
         when = time.time() + 0.5  # an instant after every child is waiting at its gate
@@ -275,13 +277,6 @@ def run_gate_floor(k: int, rounds: int, interval: float) -> dict[str, Any]:
     out.update(threads_max=1, cpu_s_per_instant=None)
     shutil.rmtree(work, ignore_errors=True)
     return out
-
-
-def _fd3(fd: int) -> dict[str, Any]:
-    """Popen arguments that make `fd` the child's fd 3."""
-    def move() -> None:
-        os.dup2(fd, 3)
-    return {"preexec_fn": move}
 
 
 # --- Debian cron -----------------------------------------------------------------------------------

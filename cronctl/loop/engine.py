@@ -281,6 +281,7 @@ class Engine:
         capacity = self._capacity()
         if capacity == 0:
             return 0
+        together = self.due.ahead_count  # the whole burst, whatever share of it this loop claims
         claiming = self.ctx.clock.monotonic()
         try:
             batch = self.ctx.leases.claim_ahead(now, now + timedelta(seconds=lead), self.owner, self.lease(),
@@ -302,7 +303,7 @@ class Engine:
             new = by_id[run.run_id]
             assert new.held_until is not None
             self.held.hold(HeldRun(new.job, run.run_id, new.spec, to_iso(new.slot) or "", new.held_until,
-                                   new.advanced_to, run.pid, run.start_time))
+                                   new.advanced_to, run.pid, run.start_time, together=together))
         if spawned and os.environ.get(CRASH_ENV) == "held_at_gate":
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with children waiting at their gates
         return len(spawned)
@@ -326,8 +327,8 @@ class Engine:
             if held.run_id not in kept_ids:
                 self._discard(held.run_id)
         kept = [held for held in due if held.run_id in kept_ids]
-        for instant, run_ids in self.held.released(kept, self.ctx.clock.monotonic() - started):
-            self.supervisor.open_gates_after(run_ids, (instant - self.ctx.clock.now()).total_seconds())
+        for instant, run_ids, burst in self.held.released(kept, self.ctx.clock.monotonic() - started):
+            self.supervisor.open_gates_after(run_ids, (instant - self.ctx.clock.now()).total_seconds(), burst)
 
     def _gate_of(self, held: HeldRun) -> HeldGate:
         # The monotonic instant its gate opens: the child's start as the healer measures it.

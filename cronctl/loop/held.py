@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cronctl.models import JobSpec
+from cronctl.proc.burst import BURST_QUIET_MAX as BURST_QUIET_MAX
+from cronctl.proc.burst import BURST_QUIET_PER_RUN as BURST_QUIET_PER_RUN
+from cronctl.proc.burst import burst_quiet
 
 # How long before its instant a slot is claimed and its child spawned at the gate, at
 # least; more when many children are due at once (SPAWN_COST_START each, then measured).
@@ -27,10 +30,8 @@ RELEASE_MARGIN = 0.05
 # the burst of children no longer needs the CPU.
 STARTED_REPORT_DELAY = 0.3
 # While a batch released at an instant starts, its children need every core: results
-# are recorded (and run.started rows written) only after this many seconds per run
-# released, at most BURST_QUIET_MAX.
-BURST_QUIET_PER_RUN = 0.002
-BURST_QUIET_MAX = 1.0
+# are recorded (and run.started rows written) only after BURST_QUIET_PER_RUN seconds per
+# run released, at most BURST_QUIET_MAX (proc/burst.py: the supervisor waits as long).
 
 
 @dataclass
@@ -58,6 +59,9 @@ class HeldRun:
     pid: int
     start_time: float
     released: bool = False  # marked dispatched, gate opening handed to the supervisor
+    # How many runs of every loop fire at its instant (the store said so when it was claimed):
+    # the burst whose children start together, of which this loop may hold only a share.
+    together: int = 1
 
 
 def lead(configured: float, together: int, spawn_cost: float, release_write: float) -> float:
@@ -67,13 +71,25 @@ def lead(configured: float, together: int, spawn_cost: float, release_write: flo
     return configured + 2 * together * spawn_cost + 3 * release_write
 
 
+# A write of more runs than any measured is judged in proportion, up to this many times
+# the measured one: from a small write (its fixed cost counted once per run), the proportion
+# would run to seconds and claim the next burst while this one starts.
+WRITE_SCALE_MAX = 4.0
+
+
+def write_for(runs: int, took: float, of: int) -> float:
+    """How long a write of `runs` held runs may take, from one of `of` runs that took `took`:
+    as long at least, and in proportion for more (each run's job row is read and written)."""
+    return took * min(WRITE_SCALE_MAX, max(1.0, runs / max(1, of)))
+
+
 def release_margin(release_write: float) -> timedelta:
     return timedelta(seconds=RELEASE_MARGIN + 2 * release_write)
 
 
 def quiet_after(instant: datetime, released: int) -> datetime:
     """Until when results wait after `released` runs had their gates opened at `instant`."""
-    return instant + timedelta(seconds=min(BURST_QUIET_MAX, BURST_QUIET_PER_RUN * released))
+    return instant + timedelta(seconds=burst_quiet(released))
 
 
 def wakeups(held: Iterable[HeldRun], now: datetime, margin: timedelta, quiet: datetime | None) -> list[datetime]:
@@ -100,7 +116,14 @@ class HeldRuns:
         # Runs handed back before their gate opened: their not_started result is no news.
         self.discarded: set[str] = set()
         self.release_write = 0.0  # seconds the last release write took
+        # (seconds, runs) of the largest recent write of held runs, a claim ahead or a release:
+        # what a release of more runs than the last one is judged by (write_for).
+        self.sized_write: tuple[float, int] | None = None
         self.spawn_cost = SPAWN_COST_START  # seconds per gated child, as last measured
+        # Children spawned by the claim that measured spawn_cost: a claim of fewer than half as
+        # many (a share of a split burst) does not replace it, or the lead of the next whole
+        # burst is judged by a few children spawned in a quiet moment.
+        self.spawn_batch = 0
         self.lateness: list[float] = []  # observed, not yet persisted (the next release or finish writes it)
         self.quiet_until: datetime | None = None  # no result recording before (a burst starts)
         self.handed_back = 0  # runs claimed ahead that shutdown handed back unstarted
@@ -112,43 +135,70 @@ class HeldRuns:
         return run_id in self.runs
 
     def lead(self, configured: float, together: int) -> float:
-        return lead(configured, together, self.spawn_cost, self.release_write)
+        return lead(configured, together, self.spawn_cost, self.write_estimate(together))
 
-    def margin(self) -> timedelta:
-        return release_margin(self.release_write)
+    def margin(self, runs: int | None = None) -> timedelta:
+        """How long before their instant `runs` held runs (default: all not yet released) are released."""
+        if runs is None:
+            runs = sum(1 for held in self.runs.values() if not held.released)
+        return release_margin(self.write_estimate(runs))
+
+    def write_estimate(self, runs: int) -> float:
+        """Seconds the release write of `runs` held runs may take: judged by the largest write
+        of held runs measured (the claim of these very runs, usually), not by the last release
+        alone (a release of 500 runs judged by the last one, of 9, opened its gates 250 ms late)."""
+        if self.sized_write is None:
+            return self.release_write
+        return max(self.release_write, write_for(runs, *self.sized_write))
+
+    def _measured(self, took: float, runs: int) -> None:
+        """A write of `runs` held runs took `took` seconds: kept unless a larger one is known
+        (a write of at least half as many replaces it: the store's cost may have changed)."""
+        if self.sized_write is None or 2 * runs >= self.sized_write[1]:
+            self.sized_write = (took, runs)
 
     def claimed(self, claim_write: float, spawned: int, spawn_took: float, claims: int) -> None:
         """A claim ahead of `claims` runs took `claim_write` seconds; `spawned` of them took `spawn_took`."""
-        if claims and not self.release_write:
-            # Before the first release is measured, the claim of the same runs tells its cost: a
-            # margin of RELEASE_MARGIN alone opens the first gates late when that write is slow.
-            # (An empty claim tells nothing: another loop took the burst.)
-            self.release_write = claim_write
-        if spawned:
+        if claims:
+            # The claim of the runs a release will mark tells its cost too (write_estimate): the
+            # first release, or one of more runs than the last, is otherwise judged too short
+            # and opens its gates late. (An empty claim tells nothing: another loop took the burst.)
+            self._measured(claim_write, claims)
+        if spawned and 2 * spawned >= self.spawn_batch:
             self.spawn_cost = max(0.0005, spawn_took / claims)
+            self.spawn_batch = spawned
 
     def hold(self, run: HeldRun) -> None:
         self.runs[run.run_id] = run
 
     def to_release(self, now: datetime, force: bool) -> list[HeldRun]:
         """The held runs whose instant is within the release margin (all of them: `force`)."""
-        margin = self.margin()
-        return [h for h in self.runs.values() if not h.released and (force or h.due - now <= margin)]
+        waiting = [h for h in self.runs.values() if not h.released]
+        margin = self.margin(len(waiting))
+        return [h for h in waiting if force or h.due - now <= margin]
 
-    def released(self, kept: list[HeldRun], write_took: float) -> list[tuple[datetime, list[str]]]:
+    def released(self, kept: list[HeldRun], write_took: float) -> list[tuple[datetime, list[str], int]]:
         """These were marked dispatched (in `write_took` seconds): the run ids whose gates open
-        at each instant, in order; results wait while each burst starts."""
+        at each instant, in order, with the size of the burst there; results wait while each
+        burst starts (all of it: another loop's share of it takes the CPU as much as ours)."""
         self.lateness.clear()  # the release write persisted them
         self.release_write = write_took
+        if kept:
+            self._measured(write_took, len(kept))
         by_instant: dict[datetime, list[str]] = {}
+        bursts: dict[datetime, int] = {}
         for held in kept:
             held.released = True
             by_instant.setdefault(held.due, []).append(held.run_id)
-        for instant, run_ids in by_instant.items():
-            quiet = quiet_after(instant, len(run_ids))
+            bursts[held.due] = max(bursts.get(held.due, 0), held.together)
+        opening = []
+        for instant, run_ids in sorted(by_instant.items()):
+            burst = max(len(run_ids), bursts[instant])
+            quiet = quiet_after(instant, burst)
             if self.quiet_until is None or quiet > self.quiet_until:
                 self.quiet_until = quiet
-        return sorted(by_instant.items())
+            opening.append((instant, run_ids, burst))
+        return opening
 
     def quiet(self, now: datetime) -> bool:
         """Whether results still wait (a burst starts); ends the quiet window once it passed."""

@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from cronctl.proc.burst import BURST_PACED_MIN, burst_quiet
 from cronctl.proc.fds import close_all, pipe
 from cronctl.proc.run import TrackedRun
 
@@ -43,11 +44,16 @@ class SharedRuns:
         self.runs: dict[str, TrackedRun] = {}
         self.commands: deque[Command] = deque()
         self.stopping = False
-        # (monotonic instant, seq, run ids): gates to open at that instant.
-        self._gate_timers: list[tuple[float, int, tuple[str, ...]]] = []
+        # (monotonic instant, seq, run ids, burst): gates to open at that instant.
+        self._gate_timers: list[tuple[float, int, tuple[str, ...], int]] = []
         self._seq = itertools.count()
         self._wake_r: int | None = None
         self._wake_w: int | None = None
+        # Until then (monotonic) the children of the last burst of gates start: a run's end
+        # waits for its leftovers pass and result (proc/burst.py). Set under the lock, read
+        # by the supervisor thread (a float: a stale read only moves the pass by a round).
+        self.burst_until = float("-inf")
+        self.paced_until = float("-inf")  # the same for a burst of BURST_PACED_MIN or more
         self.wakes_lost = 0  # wake-up writes that failed (not for a full pipe)
         self.wake_owed = False  # the last wake-up write failed: the next call tries again
 
@@ -127,8 +133,9 @@ class SharedRuns:
 
     # --- gates --------------------------------------------------------------------
 
-    def open_gates(self, run_ids: Iterable[str]) -> None:
-        """Release gated runs: one write each, so a batch begins together."""
+    def open_gates(self, run_ids: Iterable[str], burst: int = 0) -> None:
+        """Release gated runs: one write each, so a batch begins together. `burst`: how many
+        children start at this instant in all, if more than these (other loops' share)."""
         opened: list[TrackedRun] = []
         with self.lock:
             for run_id in run_ids:
@@ -139,6 +146,7 @@ class SharedRuns:
                 opened.append(run)
             # Bookkeeping only after every write, so the last run of a batch
             # is not released later than it must be.
+            self._burst(opened, burst)
             for run in opened:
                 assert run.gate.opened_mono is not None
                 run.gate.release()
@@ -147,9 +155,19 @@ class SharedRuns:
                 self.post(("opened", run.run_id))
         self.wake()
 
-    def open_gates_at(self, when: float, run_ids: tuple[str, ...]) -> None:
+    def _burst(self, opened: list[TrackedRun], burst: int) -> None:
+        """Gates were just opened together: their runs' ends wait while the burst's children start."""
+        started = [run.gate.opened_mono for run in opened if run.gate.state == "open"]
+        if not started or started[0] is None:
+            return
+        size = max(len(started), burst)
+        self.burst_until = max(self.burst_until, started[0] + burst_quiet(size))
+        if size >= BURST_PACED_MIN:
+            self.paced_until = max(self.paced_until, self.burst_until)
+
+    def open_gates_at(self, when: float, run_ids: tuple[str, ...], burst: int = 0) -> None:
         with self.lock:
-            heapq.heappush(self._gate_timers, (when, next(self._seq), run_ids))
+            heapq.heappush(self._gate_timers, (when, next(self._seq), run_ids, burst))
         self.wake()
 
     def open_timed_gates(self) -> None:
@@ -158,11 +176,14 @@ class SharedRuns:
             return
         now = self._mono()
         due: list[str] = []
+        burst = 0
         with self.lock:
             while self._gate_timers and self._gate_timers[0][0] <= now:
-                due.extend(heapq.heappop(self._gate_timers)[2])
+                _when, _seq, run_ids, size = heapq.heappop(self._gate_timers)
+                due.extend(run_ids)
+                burst = max(burst, size)
         if due:
-            self.open_gates(due)
+            self.open_gates(due, burst)
 
     def next_gate_timer(self) -> float | None:
         timers = self._gate_timers

@@ -123,19 +123,20 @@ class Supervisor:
         """Release gated runs: one write each, so a batch begins together."""
         self._shared.open_gates(run_ids)
 
-    def open_gates_after(self, run_ids: Iterable[str], delay: float) -> None:
+    def open_gates_after(self, run_ids: Iterable[str], delay: float, burst: int = 0) -> None:
         """Open these gates `delay` seconds from now, from the supervisor thread.
 
         The batch is released at its instant by the one thread that is never busy
         with the store, so a long store write cannot make a slot late. A gate
-        cancelled meanwhile stays closed.
+        cancelled meanwhile stays closed. `burst`: how many children start at that
+        instant in all (other loops' too), if more than these (proc/burst.py).
         """
         self._shared.wake_if_owed()
         ids = tuple(run_ids)
         if delay <= 0:
-            self.open_gates(ids)
+            self._shared.open_gates(ids, burst)
             return
-        self._shared.open_gates_at(self._mono() + delay, ids)
+        self._shared.open_gates_at(self._mono() + delay, ids, burst)
 
     def gate_opened_at(self, run_ids: Iterable[str]) -> dict[str, float | None]:
         """For each known run: when its gate opened (monotonic), None while it has not."""

@@ -118,11 +118,25 @@ class ScanQueue(Generic[T]):
     def ask(self, run_id: str, root: ProcIdentity, item: T, purpose: Purpose) -> None:
         self._asked[run_id] = (item, root, purpose)
 
-    def take(self, now: float, more_may_come: bool = True) -> list[tuple[T, Purpose, list[psutil.Process]]]:
+    @property
+    def gathering(self) -> bool:
+        """Whether leftovers passes wait to gather more (timeout() has an answer)."""
+        return self._waiting_since is not None
+
+    @property
+    def asked(self) -> bool:
+        """Whether any run waits for a pass."""
+        return bool(self._asked)
+
+    def take(self, now: float, more_may_come: bool = True,
+             hold_until: float = float("-inf")) -> list[tuple[T, Purpose, list[psutil.Process]]]:
         """Make the pass if one is due now: each asker with what was found for it.
 
         `more_may_come`: another run still going could ask soon; when none is (a lone
         force-run, the last run of a burst), waiting to gather more would only delay.
+        `hold_until`: while a burst's children start (proc/burst.py), a pass only for
+        leftovers waits until then: it would take the CPU they need, for a result that
+        is not recorded before then anyway. A stop or a kill never waits.
         """
         if not self._asked:
             self._waiting_since = None
@@ -131,7 +145,7 @@ class ScanQueue(Generic[T]):
             # Nothing waits on these but a result: gather a few more before the pass.
             if self._waiting_since is None:
                 self._waiting_since = now
-            if now - self._waiting_since < _LEFTOVER_SCAN_COALESCE:
+            if now < self._due(hold_until):
                 return []
         self._waiting_since = None
         asked, self._asked = self._asked, {}
@@ -139,10 +153,14 @@ class ScanQueue(Generic[T]):
         found = snapshot_runs({run_id: root for run_id, (_, root, _) in asked.items()}, own_roots=True)
         return [(item, purpose, found.get(run_id, [])) for run_id, (item, _, purpose) in asked.items()]
 
-    def timeout(self, now: float, more_may_come: bool = True) -> float | None:
+    def timeout(self, now: float, more_may_come: bool = True, hold_until: float = float("-inf")) -> float | None:
         """How long select() may wait before a gathered pass is due; None if none is waiting."""
         if self._waiting_since is None:
             return None
         if not more_may_come:
             return 0.0
-        return max(0.0, self._waiting_since + _LEFTOVER_SCAN_COALESCE - now)
+        return max(0.0, self._due(hold_until) - now)
+
+    def _due(self, hold_until: float) -> float:
+        assert self._waiting_since is not None
+        return max(self._waiting_since + _LEFTOVER_SCAN_COALESCE, hold_until)

@@ -22,6 +22,7 @@ import traceback
 from collections.abc import Callable, Iterator
 
 from cronctl.models import RunStatus
+from cronctl.proc.burst import BURST_ROUND
 from cronctl.proc.reaping import collect_exit, reap_orphans
 from cronctl.proc.run import RunResult, TrackedRun
 from cronctl.proc.shared import WAKE_BACKSTOP, SharedRuns
@@ -55,6 +56,10 @@ class Watcher:
         self._seq = itertools.count()
         self._scans: ScanQueue[TrackedRun] = ScanQueue()
         self._next_orphan_reap = 0.0
+        self._round_began = float("-inf")
+        # Whether a run still goes that could ask for a pass (_others_running), as of the end
+        # of the last round: computed once per round, not once per question (O(runs) each).
+        self._others = True
 
     def run(self) -> None:
         """The thread's body: until shutdown was asked for and every result is delivered."""
@@ -72,7 +77,9 @@ class Watcher:
 
     def _iterate(self) -> bool:
         """One round of the event loop; True when the thread should end."""
+        self._pace()
         events = self._sel.select(self._select_timeout())
+        self._round_began = self._mono()
         # First thing after select() returns: a batch due now is not kept waiting.
         self._shared.open_timed_gates()
         now = self._mono()
@@ -88,7 +95,7 @@ class Watcher:
                 self._on_exit(run, now)
                 touched[run.run_id] = run
         self._process_commands(now, touched)
-        if self._subreaper and (events or now >= self._next_orphan_reap):
+        if self._subreaper and ((events and now >= self._shared.burst_until) or now >= self._next_orphan_reap):
             self._reap_orphans(now, touched)
         for run in self._due(now):
             touched[run.run_id] = run
@@ -96,6 +103,21 @@ class Watcher:
             self._advance(run, now)
         self._run_scans(now)
         return self._shared.finished()
+
+    def _pace(self) -> None:
+        """While a big burst's children start, rounds come BURST_ROUND apart: the exits and
+        output of that time are taken together (an exit's instant is then up to BURST_ROUND
+        late), and the CPU between rounds is the children's. A gate timer due sooner cuts
+        the wait short; a command (a kill) waits at most BURST_ROUND."""
+        now = self._mono()
+        if now >= self._shared.paced_until:
+            return
+        wait = min(self._round_began + BURST_ROUND, self._shared.paced_until) - now
+        timer = self._shared.next_gate_timer()
+        if timer is not None:
+            wait = min(wait, timer - now)
+        if wait > 0:
+            time.sleep(wait)
 
     def _select_timeout(self) -> float | None:
         instants = [self._heap[0][0]] if self._heap else []
@@ -106,7 +128,8 @@ class Watcher:
             instants.append(self._next_orphan_reap)
         now = self._mono()
         waits = [max(0.0, instant - now) for instant in instants]
-        scan_wait = self._scans.timeout(now, self._others_running())
+        scan_wait = (self._scans.timeout(now, self._others, self._shared.burst_until)
+                     if self._scans.gathering else None)
         if scan_wait is not None:
             waits.append(scan_wait)
         backstop = WAKE_BACKSTOP if self._heap or scan_wait is not None else self._shared.backstop()
@@ -206,7 +229,10 @@ class Watcher:
 
     def _run_scans(self, now: float) -> None:
         """Find the processes of every run that asked this round, in one /proc pass."""
-        for run, purpose, processes in self._scans.take(now, self._others_running()):
+        if not self._scans.asked:
+            return  # the usual round: no O(runs) look at who still runs
+        self._others = self._others_running()
+        for run, purpose, processes in self._scans.take(now, self._others, self._shared.burst_until):
             if run.finalized:
                 continue
             run.stopping.found(purpose, processes, run.pid, run.req.kill_grace, now)

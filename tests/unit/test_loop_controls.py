@@ -68,7 +68,7 @@ def test_held_runs_release_near_their_instant_and_start_a_quiet_window() -> None
     assert [run.run_id for run in due] == ["soon"]
     opening = runs.released(due, write_took=0.004)
 
-    assert opening == [(T0 + timedelta(seconds=0.01), ["soon"])]
+    assert opening == [(T0 + timedelta(seconds=0.01), ["soon"], 1)]
     assert runs.lateness == [] and runs.release_write == 0.004  # the release write persisted them
     assert runs.quiet(T0) and not runs.quiet(T0 + timedelta(seconds=1))  # the window ends, once
     assert runs.quiet_until is None
