@@ -4,7 +4,7 @@ Issue 21: `apply -f` of 100,000 new jobs spent about a second of its client's CP
 transaction turning rows into COPY text (psycopg's `write_row`), holding the rows it locked
 while loops on the same host waited for a core. These functions make the same text from
 plain values at any time, connection-free: the apply encodes its new rows on an idle thread
-first (`PreparedRows`, store/pg/prepared.py) and its transaction streams the bytes.
+first (`Ahead`, below) and its transaction streams the bytes.
 
 The text format (PostgreSQL's COPY, text mode): one line per row, fields separated by a tab,
 `\\N` for NULL, and a backslash, newline, carriage return or tab inside a value escaped by a
