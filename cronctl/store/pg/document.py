@@ -94,19 +94,17 @@ PlanChains = Callable[[Connection], ChainPlan | None]
 
 
 @contextmanager
-def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str, Any], *,
-                    meta: bool = False, skip_locked: bool = False,
-                    chains: PlanChains | None = None) -> Iterator[DocTransaction]:
-    """Lock the job rows matching `where` (a constant predicate of this package, never user text).
+def doc_transaction(conn: Connection, host_id: str, lock: LockRows, *,
+                    meta: bool = False, chains: PlanChains | None = None) -> Iterator[DocTransaction]:
+    """Lock the job rows `lock` locks (`rows_named`, `rows_due`, `rows_where`).
 
     `meta` also locks the counters and metrics rows (only transactions that may change
-    them: they are one row each for every loop). `skip_locked` leaves rows another loop
-    is deciding on to that loop (the claim paths). `chains` plans the chain rows and the
+    them: they are one row each for every loop). `chains` plans the chain rows and the
     jobs of theirs this unit locks first (store/pg/chain_rows.py).
     """
     with short_transaction(conn):
         plan = chains(conn) if chains is not None else None
-        jobs = _lock_jobs(conn, where, params, skip_locked, plan)
+        jobs = _lock_jobs(conn, lock, plan)
         read_only = _read_chained(conn, jobs, plan)
         tx = begin(conn, host_id, jobs)
         tx.read_only = read_only
@@ -132,23 +130,36 @@ def doc_transaction(conn: Connection, host_id: str, where: str, params: dict[str
         tx.fired.clear()
 
 
-def _lock_jobs(conn: Connection, where: str, params: dict[str, Any], skip_locked: bool,
-               plan: ChainPlan | None) -> dict[str, Any]:
-    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own.
+# How a unit's own job rows are locked, as entries by name (after the chain's: `_lock_jobs`).
+LockRows = Callable[[Connection], dict[str, Any]]
 
-    The run path's two shapes, rows by name (waiting) and the due rows (SKIP LOCKED), are locked
-    by server-side functions (functions.py: planned once per backend); any other, here."""
+
+def rows_named(names: list[str]) -> LockRows:
+    """The named rows, waiting for their locks (FOR UPDATE, name order): a server-side function
+    (functions.py: planned once per backend), as the run path locks them."""
+    return lambda conn: locked_entries(functions.lock_named(conn, names))
+
+
+def rows_due(due_by: datetime | None) -> LockRows:
+    """The rows due by `due_by` (None: the database's clock), SKIP LOCKED: rows another loop is
+    deciding on are left to it. A server-side function whose scan is planned at each call."""
+    return lambda conn: locked_entries(functions.lock_due(conn, due_by))
+
+
+def rows_where(where: str, params: dict[str, Any], skip_locked: bool = False) -> LockRows:
+    """The rows matching `where` (a constant predicate of this package, never user text), as a
+    client statement; `skip_locked` as `rows_due`."""
+    return lambda conn: load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE")
+
+
+def _lock_jobs(conn: Connection, lock: LockRows, plan: ChainPlan | None) -> dict[str, Any]:
+    """The chain's job rows first (waiting: a node must never read as removed), then the unit's own."""
     jobs: dict[str, Any] = {}
     if plan is not None and plan.jobs:
-        jobs = locked_entries(functions.lock_named(conn, plan.jobs))
+        jobs = rows_named(plan.jobs)(conn)
         if plan.covers:
             return jobs
-    if where == functions.BY_NAMES and not skip_locked:
-        jobs.update(locked_entries(functions.lock_named(conn, params["names"])))
-    elif where == functions.DUE and skip_locked:
-        jobs.update(locked_entries(functions.lock_due(conn, params["now"])))
-    else:
-        jobs.update(load_jobs(conn, where, params, "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"))
+    jobs.update(lock(conn))
     return jobs
 
 

@@ -44,16 +44,18 @@ from psycopg.rows import TupleRow
 
 from cronctl.store.pg.connect import Connection
 
-# The two shapes of the job rows a lease unit locks that these functions lock (store/pg/unit.py
-# names them; document._lock_jobs routes them here): by name, and the due ones. Any other
-# predicate (claim ahead, every job) stays a client statement.
-BY_NAMES = "name = ANY(%(names)s)"
-# The instant is the caller's, or the statement's own (`statement_timestamp()`, the database
-# clock when the statement arrived): both are values the planner sees, so it range-scans the
-# index on wake_at for the few rows due. (A sub-select of clock_timestamp() hid the bound: the
-# planner guessed a third of the rows due and walked the name index over all of them, 0.25 s
-# at a million jobs.) `_LOCK_DUE` runs this predicate.
-DUE = "NOT paused AND wake_at <= coalesce(%(now)s::timestamptz, statement_timestamp())"
+
+# The due rows of a lease unit, bounded by `bound`: the caller's instant, or the statement's own
+# (`statement_timestamp()`, the database clock when the statement arrived): both are values the
+# planner sees, so it range-scans the index on wake_at for the few rows due. (A sub-select of
+# clock_timestamp() hid the bound: the planner guessed a third of the rows due and walked the
+# name index over all of them, 0.25 s at a million jobs.) `_LOCK_DUE` runs it; `DUE` is the
+# same predicate as a client statement writes it (the tests EXPLAIN it).
+def _due_rows(bound: str) -> str:
+    return f"NOT paused AND wake_at <= coalesce({bound}, statement_timestamp())"
+
+
+DUE = _due_rows("%(now)s::timestamptz")
 
 # The live runs of the jobs a unit locked, oldest fence first, as `_lock_rows` reads them: one
 # row per claim, the job columns NULL but the name. Its own statement, so its own snapshot,
@@ -92,16 +94,16 @@ END $$"""
 # see the bound and walks the name index over every row (270 ms at a million jobs: EXPLAIN in
 # issue 21's fourth pass). NULL `due_by`: the database clock when the client's statement
 # arrived (statement_timestamp()).
-_LOCK_DUE = """
+_LOCK_DUE = f"""
 CREATE OR REPLACE FUNCTION cronctl_lock_due(due_by timestamptz)
 RETURNS TABLE (job_name text, job_spec jsonb, job_state jsonb, live_run text, live_claim jsonb, live_host text)
 LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
-    locked text[] := '{}';
+    locked text[] := '{{}}';
 BEGIN
     FOR job_name, job_spec, job_state IN
         SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j
-         WHERE NOT j.paused AND j.wake_at <= coalesce(due_by, statement_timestamp()) ORDER BY j.name
+         WHERE {_due_rows("due_by")} ORDER BY j.name
            FOR UPDATE SKIP LOCKED
     LOOP
         locked := array_append(locked, job_name);

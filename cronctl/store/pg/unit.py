@@ -38,15 +38,23 @@ from cronctl.store.outbox import OwedHook, WriterAlive
 from cronctl.store.pg import chain_rows, functions, lease_fence
 from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
-from cronctl.store.pg.document import DocTransaction, PlanChains, doc_transaction, load_jobs
+from cronctl.store.pg.document import (
+    DocTransaction,
+    LockRows,
+    PlanChains,
+    doc_transaction,
+    load_jobs,
+    rows_due,
+    rows_named,
+    rows_where,
+)
 from cronctl.store.pg.fired import drop_fired
 from cronctl.store.pg.schema import LIVE_STATES, ODD_JOB, OWES_NOTIFY
 from cronctl.store.pg.takeover import without_held
 
 JudgeBy = Literal["database", "caller"]
 
-_BY_NAMES = functions.BY_NAMES
-_DUE = functions.DUE  # planned at each call, never a cached generic plan (functions.py)
+_DUE = functions.DUE  # the due rows' predicate (document.rows_due locks by it; the tests EXPLAIN it)
 _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
 # The healer's jobs (store/suspects.py): a live run, or a failed last run. Each half read by
 # an index, never the jobs (issue 21: an OR over both read every row, 60 ms at 100,000 jobs,
@@ -170,29 +178,28 @@ class PgUnits:
               defer_flush: bool = False) -> AbstractContextManager[PgUnit]:
         wanted = sorted(set(names))
         plan = (lambda conn: chain_rows.plan_named(conn, wanted)) if wanted else None
-        return self._unit(_BY_NAMES if wanted else "false", {"names": wanted}, meta=meta, chains=plan)
+        return self._unit(rows_named(wanted) if wanted else rows_where("false", {}), meta=meta, chains=plan)
 
     def due(self, now: datetime) -> AbstractContextManager[PgUnit]:
         asked = None if self.judge_by == "database" else now
-        return self._unit(_DUE, {"now": asked}, skip_locked=True, chains=chain_rows.plan_due)
+        return self._unit(rows_due(asked), chains=chain_rows.plan_due)
 
     def ahead(self, now: datetime, horizon: datetime) -> AbstractContextManager[PgUnit]:
         judged = self.db_now() if self.judge_by == "database" else now  # the rows to lock depend on it
-        return self._unit(_AHEAD, {"now": judged, "horizon": judged + (horizon - now)}, skip_locked=True,
-                          chosen_at=judged, chains=chain_rows.plan_reads)
+        rows = rows_where(_AHEAD, {"now": judged, "horizon": judged + (horizon - now)}, skip_locked=True)
+        return self._unit(rows, chosen_at=judged, chains=chain_rows.plan_reads)
 
     def whole(self) -> AbstractContextManager[PgUnit]:
         """Every job locked (`force-run --chain`: the new chain reads the whole graph)."""
-        return self._unit("true", {}, chains=lambda conn: ChainPlan())
+        return self._unit(rows_where("true", {}), chains=lambda conn: ChainPlan())
 
     def chain(self, chain_id: str) -> AbstractContextManager[PgUnit]:
-        return self._unit("false", {}, chains=lambda conn: chain_rows.plan_chain(conn, chain_id))
+        return self._unit(rows_where("false", {}), chains=lambda conn: chain_rows.plan_chain(conn, chain_id))
 
     @contextmanager
-    def _unit(self, where: str, params: dict[str, Any], *, meta: bool = False, skip_locked: bool = False,
-              chosen_at: datetime | None = None, chains: PlanChains | None = None) -> Iterator[PgUnit]:
-        with self.lock, doc_transaction(self.conn, self.host_id, where, params, meta=meta,
-                                        skip_locked=skip_locked, chains=chains) as tx:
+    def _unit(self, lock: LockRows, *, meta: bool = False, chosen_at: datetime | None = None,
+              chains: PlanChains | None = None) -> Iterator[PgUnit]:
+        with self.lock, doc_transaction(self.conn, self.host_id, lock, meta=meta, chains=chains) as tx:
             unit = PgUnit(tx, self.judge_by, self.clock, chosen_at)
             yield unit
         for then in unit.committed:
