@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from cronctl.proc.identity import START_TIME_TOLERANCE, ProcIdentity, identify, is_alive, ticks_since_boot
+from cronctl.proc.identity import (
+    START_TIME_TOLERANCE,
+    ProcIdentity,
+    identify,
+    is_alive,
+    read_proc,
+    stat_fields,
+    ticks_since_boot,
+)
 
 if TYPE_CHECKING:
     import psutil
@@ -40,38 +48,14 @@ class _Stat:
 
 
 def _read_stat(pid: int) -> _Stat | None:
-    data = _read_proc(f"/proc/{pid}/stat", whole=False)
-    if not data:
+    fields = stat_fields(pid)
+    if fields is None:
         return None
-    # The command name may contain spaces and parentheses; it ends at the last ")".
-    fields = data[data.rindex(b")") + 2 :].split(b" ", 20)
     return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
 
 
 def _read_environ(pid: int) -> bytes:
-    return _read_proc(f"/proc/{pid}/environ")  # b"": gone, or another user's process we may not read
-
-
-def _read_proc(path: str, whole: bool = True) -> bytes:
-    """A /proc file's bytes (b"" when it cannot be read), with bare os calls: a pass reads a
-    file or two per process on the machine, and Python's buffered open() cost most of a chain
-    hop's leftover scan (2.4 ms for 140 processes; issue 22). `whole=False`: one read (a stat
-    line, made whole by its first read), not a second one to see its end."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        if not whole:
-            return os.read(fd, 4096)
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+    return read_proc(f"/proc/{pid}/environ")  # b"": gone, or another user's process we may not read
 
 
 def _env_run_id(environ: bytes) -> str | None:
