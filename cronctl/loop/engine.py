@@ -579,7 +579,10 @@ class Engine:
 
     def open_adopted(self, batch: ClaimBatch, started: list[Dispatched]) -> None:
         """Open the gates of the hop's runs its claim write marked dispatched (run.started rows
-        written with it); one it did not keep is cancelled at its gate, as dispatch does."""
+        written with it); one it did not keep is cancelled at its gate, as dispatch does. Called the
+        moment that write commits (HopStart.committed), before its rows are delivered."""
+        if batch.dispatched and os.environ.get(CRASH_ENV) == "after_hop_claim":
+            os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with a hop's runs marked, gates closed
         kept = {run.run_id for run in batch.dispatched}
         self._kill_replaced(new for new in batch.claims if new.run_id in kept)
         self._open_kept(started, kept, self._claim_began)  # the claim write restarted their leases

@@ -21,17 +21,12 @@ before.
 from __future__ import annotations
 
 import os
-import signal
 from typing import Protocol
 
 from cronctl.proc.childenv import inherited_env
 from cronctl.proc.spawn import RunRequest
 from cronctl.proc.supervisor import Supervisor
 from cronctl.store.claims import ClaimBatch, Dispatched, NewClaim
-
-# The loop's crash seam (loop/engine.py's CRASH_ENV): =after_hop_claim dies right after a hop's
-# claim write marked its warm children dispatched, their gates still closed.
-CRASH_ENV = "CRONCTL_FAULT_LOOP_CRASH"
 
 
 class HopEngine(Protocol):
@@ -75,8 +70,6 @@ class HopStart:
     def committed(self, batch: ClaimBatch) -> None:
         """The claim write committed: the gates it kept open now, before its rows are written."""
         self.opened = True
-        if batch.dispatched and os.environ.get(CRASH_ENV) == "after_hop_claim":
-            os.kill(os.getpid(), signal.SIGKILL)  # test seam: die with a hop's runs marked, gates closed
         self._engine.open_adopted(batch, self.started)
 
     def undo(self) -> None:

@@ -42,13 +42,9 @@ def write_audit(conn: Connection, rows: list[AuditRow], loop_id: UUID | None, ho
 def audit_columns(rows: list[AuditRow]) -> list[list[Any]]:
     """`rows` as the columns (event, job, run_id, slot, fence, reason, details as Jsonb) one
     statement inserts (here, or the lease units' `cronctl_end_unit`: store/pg/functions.py)."""
-    return insert_columns([(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
-                            Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps))
-                           for row in rows])
-
-
-def insert_columns(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    return [list(column) for column in zip(*rows, strict=True)]
+    values = [(row.event.value, row.job, row.run_id, row.slot, row.fence, row.reason,
+               Jsonb({k: v for k, v in row.details.items() if v is not None}, dumps=dumps)) for row in rows]
+    return [list(column) for column in zip(*values, strict=True)]
 
 
 # One statement, never a pipeline (executemany): PostgreSQL times nothing between a pipeline's
