@@ -80,6 +80,9 @@ def test_the_due_scan_is_planned_with_its_instant_the_others_once(conn: Connecti
     with conn.transaction():
         modes = dict(conn.execute("SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'cronctl_%'").fetchall())
     assert modes.pop("cronctl_lock_due") == ["plan_cache_mode=force_custom_plan"]
+    # the readers of live runs: a plain index scan, never a bitmap scan (tests/pg/test_pg_hot.py)
+    for reader in ("cronctl_live_claims", "cronctl_named_first"):
+        assert modes.pop(reader) == ["plan_cache_mode=force_generic_plan", "enable_bitmapscan=off"]
     assert modes and set(map(tuple, modes.values())) == {("plan_cache_mode=force_generic_plan",)}
 
 
@@ -98,3 +101,34 @@ def test_the_unit_end_raises_a_mark_only_forward_with_or_without_its_row(conn: C
     assert end(earlier, with_row=True)[0] == now  # never backwards, the row written once
     assert end(later, with_row=True)[0] == later
     assert one(conn, "SELECT state FROM cronctl_jobs WHERE name = 'j'") == {"n": 1}
+
+
+def test_the_unit_end_writes_one_row_as_it_writes_many(conn: Connection) -> None:
+    """V9's path of one row (a run's claim, dispatch or finish) writes what the general path
+    writes: the job row with its mark, the meta row, the audit row."""
+    for name in ("one", "many-a", "many-b"):
+        put_due_job(conn, name)
+    now = db_now(conn)
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_meta (key) VALUES ('counters@h'), ('metrics@h') ON CONFLICT DO NOTHING")
+
+    def end(names: list[str], meta: dict[str, Any], events: int) -> None:
+        rows = [(Jsonb({"of": name}), now, now + timedelta(minutes=1), False, name) for name in names]
+        audit = [[f"e{n}" for n in range(events)], names[:1] * events, [None] * events, [now] * events,
+                 [None] * events, [None] * events, [Jsonb({"n": n}) for n in range(events)]]
+        with conn.transaction():
+            functions.end_unit(conn, rows, [(names[0], now), ("elsewhere", now)], meta, "h", audit)
+
+    end(["one"], {"counters@h": Jsonb({"c": 1})}, 1)
+    end(["many-a", "many-b"], {"counters@h": Jsonb({"c": 2}), "metrics@h": Jsonb({"m": 2})}, 2)
+    with conn.transaction():
+        jobs = conn.execute("SELECT name, state, next_run_at, wake_at, paused, last_slot FROM cronctl_jobs"
+                            " ORDER BY name").fetchall()
+        meta = conn.execute("SELECT key, value FROM cronctl_meta WHERE key LIKE '%@h' ORDER BY key").fetchall()
+        audit = conn.execute("SELECT event, job, details FROM cronctl_audit ORDER BY id").fetchall()
+    later = now + timedelta(minutes=1)
+    assert jobs == [("many-a", {"of": "many-a"}, now, later, False, now),
+                    ("many-b", {"of": "many-b"}, now, later, False, None),
+                    ("one", {"of": "one"}, now, later, False, now)]
+    assert meta == [("counters@h", {"c": 2}), ("metrics@h", {"m": 2})]
+    assert audit[-3:] == [("e0", "one", {"n": 0}), ("e0", "many-a", {"n": 0}), ("e1", "many-a", {"n": 1})]

@@ -21,12 +21,12 @@ from cronctl.store.pg import loops
 from cronctl.store.pg import unit as pg_unit
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import load_jobs
-from cronctl.store.pg.schema import OWES_NOTIFY
+from cronctl.store.pg.schema import OWING_ROW
 from tests.pg.test_pg_reads_scale import ROWS, fill, job_scans, plan, put, varied_store
 
 FAILED = sorted(str(status.value) for status in FAILED_STATUSES)
 SUSPECTS = f"SELECT name, spec, state FROM cronctl_jobs WHERE {pg_unit._SUSPECT} ORDER BY name"
-OWED = f"SELECT name, spec, state FROM cronctl_jobs WHERE {OWES_NOTIFY} ORDER BY name"
+OWED = f"SELECT name, spec, state FROM cronctl_jobs WHERE {OWING_ROW} ORDER BY name"
 # What the suspects read was before: one OR over every row (its answer is the reference).
 SUSPECTS_BEFORE = ("name IN (SELECT job FROM cronctl_runs WHERE state = ANY(%(live)s))"
                    " OR state ->> 'last_status' = ANY(%(failed)s)")
@@ -67,7 +67,7 @@ def test_the_suspects_read_finds_what_reading_every_job_found(conn: Connection) 
 def test_the_owed_read_finds_the_jobs_owing_a_notification(conn: Connection) -> None:
     odd_store(conn)
     with conn.transaction():
-        assert sorted(load_jobs(conn, OWES_NOTIFY, {}, None)) == ["owing", "owing-healthy"]
+        assert sorted(load_jobs(conn, OWING_ROW, {}, None)) == ["owing", "owing-healthy"]
 
 
 @pytest.mark.parametrize("read", list(READS))

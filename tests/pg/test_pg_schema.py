@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 from collections.abc import Iterator
 
 import psycopg
@@ -173,3 +174,56 @@ def test_version_7_adds_the_loop_read_index_to_a_version_6_database_with_its_row
         owed = conn.execute("SELECT name FROM cronctl_jobs WHERE " + OWES_NOTIFY).fetchall()
         used = conn.execute("EXPLAIN SELECT name FROM cronctl_jobs WHERE " + OWES_NOTIFY).fetchall()
     assert owed == [("a",)] and "cronctl_jobs_owed" in " ".join(row[0] for row in used)
+
+
+def test_version_9_keeps_a_version_8_databases_live_and_ended_runs_and_odd_jobs(conn: Connection) -> None:
+    """Issue 21: V9 moves what the partial indexes read into stored columns computed from `state`
+    (a run's `live`, a job's `odd` and `owes`). A filled V8 store keeps every row and finds each
+    again by the new indexes; one live run of an exclusive job is still all the database allows."""
+    from cronctl.store.pg import functions, stale
+    from cronctl.store.pg.schema import MIGRATIONS, ODD_ROW, OWING_ROW
+
+    assert ensure_schema(conn, MIGRATIONS[:8]) == 8
+    run = ("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state, claim, lease_expires_at)"
+           " VALUES (%s, %s, clock_timestamp(), 'schedule', %s, %s, %s, now())")
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state) VALUES"
+                     " ('failed', '{}', 'skip', '{\"last_status\": \"error\"}'),"
+                     " ('owing', '{}', 'skip', '{\"notify_owed\": {\"k\": {}}}'),"
+                     " ('busy', '{}', 'skip', '{\"last_status\": \"success\"}'),"
+                     " ('plain', '{}', 'allow', '{\"last_status\": \"success\"}')")
+        conn.execute(run, ("claimed-1", "busy", True, "claimed", '{"run_id": "claimed-1"}'))
+        conn.execute(run, ("running-1", "plain", False, "running", '{"run_id": "running-1"}'))
+        conn.execute(run, ("ended-1", "busy", True, "success", None))
+    assert ensure_schema(conn) == SCHEMA_VERSION == 9
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        live = conn.execute("SELECT run_id FROM cronctl_runs WHERE live ORDER BY run_id").fetchall()
+        odd = conn.execute(f"SELECT name FROM cronctl_jobs WHERE {ODD_ROW}").fetchall()
+        owing = conn.execute(f"SELECT name FROM cronctl_jobs WHERE {OWING_ROW}").fetchall()
+        used = " ".join(row[0] for query in (f"SELECT name FROM cronctl_jobs WHERE {ODD_ROW}",
+                                             f"SELECT name FROM cronctl_jobs WHERE {OWING_ROW}",
+                                             "SELECT job FROM cronctl_runs WHERE live")
+                        for row in conn.execute(f"EXPLAIN {query}").fetchall())
+        claims = [(row[0], row[3]) for row in functions.lock_named(conn, ["busy", "plain"]) if row[3]]
+        options = dict(conn.execute("SELECT relname, reloptions FROM pg_class"
+                                    " WHERE relname IN ('cronctl_jobs', 'cronctl_runs')").fetchall())
+    assert live == [("claimed-1",), ("running-1",)] and odd == [("failed",)] and owing == [("owing",)]
+    assert {"cronctl_jobs_odd", "cronctl_jobs_owed", "cronctl_runs_live"} <= set(used.replace("(", " ").split())
+    assert claims == [("busy", "claimed-1"), ("plain", "running-1")]
+    assert options == {"cronctl_jobs": ["fillfactor=80"], "cronctl_runs": ["fillfactor=90"]}
+    with conn.transaction():
+        entries, _ = stale.may_be_stale(conn, datetime.now(timezone.utc))
+    assert sorted(entries) == ["busy", "failed", "plain"]
+    # exclusivity: a second live run of `busy` is refused while its claimed one lives, not after
+    with pytest.raises(psycopg.errors.UniqueViolation, match="cronctl_runs_alone"), conn.transaction():
+        conn.execute(run, ("claimed-2", "busy", True, "running", '{}'))
+    with conn.transaction():
+        conn.execute("UPDATE cronctl_runs SET state = 'running' WHERE run_id = 'claimed-1'")  # still live
+    with pytest.raises(psycopg.errors.UniqueViolation, match="cronctl_runs_alone"), conn.transaction():
+        conn.execute(run, ("claimed-2", "busy", True, "claimed", '{}'))
+    with conn.transaction():
+        conn.execute("UPDATE cronctl_runs SET state = 'lost' WHERE run_id = 'claimed-1'")
+        conn.execute(run, ("claimed-2", "busy", True, "claimed", '{}'))
+    with pytest.raises(psycopg.errors.GeneratedAlways), conn.transaction():
+        conn.execute("UPDATE cronctl_runs SET live = false WHERE run_id = 'claimed-2'")  # no writer can forge it

@@ -35,8 +35,6 @@ from cronctl.store.pg.audit import dumps
 from cronctl.store.pg.connect import Connection
 from cronctl.timefmt import from_iso
 
-_LIVE = ["claimed", "running"]
-
 
 @dataclass
 class ChainPlan:
@@ -63,7 +61,7 @@ WITH RECURSIVE below(name) AS (
     UNION
     SELECT j.name FROM cronctl_jobs AS j JOIN below AS b ON j.spec ? 'after' AND j.spec->'after' ? b.name)
 SELECT (SELECT coalesce(array_agg(DISTINCT claim->>'chain'), '{}') FROM cronctl_runs
-         WHERE job = ANY(%(names)s) AND state = ANY(%(live)s) AND claim->>'chain' IS NOT NULL),
+         WHERE job = ANY(%(names)s) AND live AND claim->>'chain' IS NOT NULL),
        (SELECT coalesce(array_agg(name), '{}') FROM below)"""
 
 
@@ -81,7 +79,7 @@ def _nodes(chains: dict[str, dict[str, Any]]) -> set[str]:
 
 def plan_named(conn: Connection, names: list[str]) -> ChainPlan | None:
     """A named unit: the chains its jobs' live runs belong to, and the jobs below its own."""
-    params = {"names": names, "live": _LIVE}
+    params = {"names": names}
     # First one level down (functions._NAMED_FIRST): most jobs have no dependant, and that plans
     # in a third of the time of the recursive query; only a job with dependants asks for all.
     first = functions.named_first(conn, names)
@@ -101,7 +99,7 @@ def plan_due(conn: Connection) -> ChainPlan:
     running = [node.get("run_id") for _, chain in open_chains for node in chain["nodes"].values()
                if node["status"] == chain_doc.RUNNING and node.get("run_id")]
     live = {str(row[0]) for row in conn.execute(
-        "SELECT run_id FROM cronctl_runs WHERE run_id = ANY(%s) AND state = ANY(%s)", (running, _LIVE)).fetchall()} \
+        "SELECT run_id FROM cronctl_runs WHERE run_id = ANY(%s) AND live", (running,)).fetchall()} \
         if running else set()
     wanted = [str(chain_id) for chain_id, chain in open_chains if any(
         node["status"] in (chain_doc.READY, chain_doc.RETRYING)

@@ -32,7 +32,6 @@ from cronctl.store.pg.audit import dumps, insert_audit_rows, json_text
 from cronctl.store.pg.connect import Connection, StoreUrl
 from cronctl.store.pg.copy_text import Ahead, copy_line, write_lines
 from cronctl.store.pg.document import load_jobs
-from cronctl.store.pg.schema import LIVE_STATES
 from cronctl.store.pg.transaction import Limits, short_transaction
 from cronctl.store.pg.writes import take_xact_lock, told_failures
 from cronctl.timefmt import from_iso
@@ -57,7 +56,7 @@ _UPDATE = """UPDATE cronctl_jobs AS j SET spec = u.spec, overlap = u.overlap, sp
 # live row outlives its job (a job added again under the name would show them as its own).
 _END_REMOVED_RUNS = """UPDATE cronctl_runs SET state = 'killed', reason = 'removed', ended_at = clock_timestamp(),
                            lease_expires_at = NULL, claim = NULL
-                        WHERE job = ANY(%s) AND state = ANY(%s)"""
+                        WHERE job = ANY(%s) AND live"""
 
 
 class PgEdit:
@@ -107,7 +106,7 @@ class PgEdit:
     def write(self, shown: str) -> None:
         """Everything the body changed, in this transaction (see the module doc)."""
         if self.removed:
-            self.conn.execute(_END_REMOVED_RUNS, (self.removed, list(LIVE_STATES)))
+            self.conn.execute(_END_REMOVED_RUNS, (self.removed,))
             self.conn.execute("DELETE FROM cronctl_jobs WHERE name = ANY(%s)", (self.removed,))
         if self.added:
             self._insert()

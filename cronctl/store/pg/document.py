@@ -42,7 +42,6 @@ from cronctl.store.pg.transaction import short_transaction
 from cronctl.timefmt import from_iso
 
 META_KEYS = ("counters", "metrics")
-_LIVE_STATES = ["claimed", "running"]
 # Keys of an audit event that have their own columns; the rest go to `details`.
 _AUDIT_COLUMNS = ("job", "run_id", "slot", "reason")
 
@@ -209,8 +208,8 @@ def load_jobs(conn: Connection, where: str, params: dict[str, Any], lock: str | 
     jobs: dict[str, Any] = {name: {**spec, "state": dict(state)} for name, spec, state in rows}
     if jobs:
         for job, run_id, claim, host in conn.execute(
-                "SELECT job, run_id, claim, host_id FROM cronctl_runs WHERE job = ANY(%s) AND state = ANY(%s)"
-                " AND claim IS NOT NULL ORDER BY fence", (list(jobs), _LIVE_STATES)):
+                "SELECT job, run_id, claim, host_id FROM cronctl_runs WHERE job = ANY(%s) AND live"
+                " AND claim IS NOT NULL ORDER BY fence", (list(jobs),)):
             if isinstance(claim.get("owner"), dict):
                 claim["owner"]["host"] = host  # whose pid it is: judged here only on its own host
             shown = {**claim, "host": host} if lock is None and host else claim

@@ -27,7 +27,7 @@ DEFAULT_FORGET_AFTER_S = 15 * 60.0
 
 # Nothing of the loop left to reclaim: no live run claimed under its owner.
 _NOTHING_LIVE = """NOT EXISTS (SELECT 1 FROM cronctl_runs AS r
-                    WHERE r.state IN ('claimed', 'running') AND r.host_id = l.host_id AND r.boot_id = l.boot_id
+                    WHERE r.live AND r.host_id = l.host_id AND r.boot_id = l.boot_id
                       AND r.claim -> 'owner' ->> 'pid' = l.pid::text)"""
 _RETURNING = "RETURNING l.host_id, l.pid, extract(epoch FROM clock_timestamp() - l.heartbeat_at), l.stopped_at IS NULL"
 
@@ -103,7 +103,7 @@ def forget_host(conn: Connection, host: str, by: str) -> HostForgotten:
                                 f"{age:.1f}s ago); stop it there first")
         gone = conn.execute(f"DELETE FROM cronctl_loops AS l WHERE l.host_id = %s {_RETURNING}", (host,)).fetchall()
         forgotten = [Forgotten(h, int(pid), float(silent), bool(live)) for h, pid, silent, live in gone]
-        found = conn.execute("SELECT count(*) FROM cronctl_runs WHERE host_id = %s AND state IN ('claimed', 'running')",
+        found = conn.execute("SELECT count(*) FROM cronctl_runs WHERE host_id = %s AND live",
                              (host,)).fetchone()
         write_audit(conn, [AuditRow(AuditEvent.CLUSTER_LOOP_FORGOTTEN, reason="operator",
                                     details={**f.details(), "by": by}) for f in forgotten], None, None)

@@ -80,7 +80,7 @@ _AHEAD = f"""ahead AS (
        AND j.wake_at <= (SELECT now FROM t) + interval '{int(AHEAD_HORIZON.total_seconds())} seconds'
        AND coalesce(j.state -> 'retry', 'null'::jsonb) = 'null'::jsonb
        AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r
-                        WHERE r.job = j.name AND r.state IN ('claimed', 'running'))
+                        WHERE r.job = j.name AND r.live)
      ORDER BY j.wake_at LIMIT 1)"""
 # A chain's node to claim (chain_doc.earliest_chain_fire): ready, a retry (when it falls due),
 # or running with its claim gone; a forced chain's root is ready before any job is due.
@@ -92,7 +92,7 @@ _CHAIN_FIRE = """(SELECT min(CASE WHEN n.value->>'status' = 'retrying' THEN n.va
            AND (n.value->>'status' IN ('ready', 'retrying')
                 OR (n.value->>'status' = 'running'
                     AND NOT EXISTS (SELECT 1 FROM cronctl_runs AS r WHERE r.run_id = n.value->>'run_id'
-                                      AND r.state IN ('claimed', 'running')))))"""
+                                      AND r.live))))"""
 _INSTANTS = f"""least((SELECT min(wake_at) FROM cronctl_jobs WHERE NOT paused AND wake_at IS NOT NULL),
              {_CHAIN_FIRE}),
        (SELECT first FROM ahead),
@@ -111,7 +111,7 @@ SELECT (SELECT now FROM t),
        EXISTS (SELECT 1 FROM cronctl_requests AS q LEFT JOIN cronctl_runs AS r ON r.run_id = q.run_id
                 WHERE q.served_at IS NULL AND (q.kind = 'force_run' OR r.host_id = %(host)s)),
        EXISTS (SELECT 1 FROM cronctl_runs
-                WHERE state IN ('claimed', 'running')
+                WHERE live
                   AND (lease_expires_at < (SELECT now FROM t) - %(margin)s * interval '1 second'
                        OR (host_id = %(host)s AND (claim -> 'owner' ->> 'pid') IS DISTINCT FROM %(pid)s)))
          OR {HELD_BY_SILENT},

@@ -200,7 +200,45 @@ _V7 = (f"CREATE INDEX cronctl_jobs_owed ON cronctl_jobs (name) WHERE {OWES_NOTIF
 # backend caches (no client-side prepared statement: poolers); store/pg/functions.py says which and why.
 _V8 = functions.MIGRATION
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# What the readers write for the flags V9 keeps in columns of their own (their indexes' predicates,
+# so the planner matches them): a live run, an odd job, a job owing a notification.
+LIVE_RUN = "live"
+ODD_ROW = "odd"
+OWING_ROW = "owes"
+
+# V9 (issue 21): the updates of the run path are HOT (PostgreSQL writes no index entry for a row
+# version when no indexed column changes value and the version fits on its page). Before, none
+# was: the partial indexes read `state` (a run's text, a job's jsonb), which every claim,
+# dispatch, lease renewal and finish changes, so each update wrote every index of its table again.
+# - A run's liveness is the stored column `live`, computed by PostgreSQL from `state` (so no
+#   writer can let them disagree), and the partial indexes on live runs read it: claimed ->
+#   running keeps it true. `cronctl_runs_lease` goes (a lease renewal and a dispatch move the
+#   lease: they were never HOT): the expired-lease scans read the few live runs on
+#   `cronctl_runs_live`, keyed by job (V1's `cronctl_runs_by_loop` indexed `loop_id`, which no
+#   writer sets: every live read by job visited each live version left since the last VACUUM,
+#   of every job). `cronctl_runs_alone` keeps its rule: one live run of an exclusive job.
+# - A job's oddness and owed notifications are the stored columns `odd` and `owes` (V6's and
+#   V7's predicates, computed from `state`), so a state change that leaves them as they were
+#   (a dispatch, a success after a success) writes no index.
+# - fillfactor leaves room on each page for the next versions of its rows (80% jobs, 90% runs:
+#   a job row is rewritten at every run, a run row a few times in its life). Adding the stored
+#   columns rewrites both tables in this transaction, at these fillfactors, with their indexes
+#   (ACCESS EXCLUSIVE for the rewrite: seconds at a million jobs, docs/postgres.md).
+_V9 = (
+    "DROP INDEX cronctl_runs_alone, cronctl_runs_lease, cronctl_runs_by_loop",
+    f"ALTER TABLE cronctl_runs ADD COLUMN live boolean GENERATED ALWAYS AS (state IN {LIVE_STATES!r}) STORED,"
+    " SET (fillfactor = 90)",
+    "CREATE UNIQUE INDEX cronctl_runs_alone ON cronctl_runs (job) WHERE exclusive AND live",
+    "CREATE INDEX cronctl_runs_live ON cronctl_runs (job) WHERE live",
+    "DROP INDEX cronctl_jobs_odd, cronctl_jobs_owed",
+    f"ALTER TABLE cronctl_jobs ADD COLUMN odd boolean GENERATED ALWAYS AS ({ODD_JOB}) STORED,"
+    f" ADD COLUMN owes boolean GENERATED ALWAYS AS ({OWES_NOTIFY}) STORED, SET (fillfactor = 80)",
+    "CREATE INDEX cronctl_jobs_odd ON cronctl_jobs (name) WHERE odd",
+    "CREATE INDEX cronctl_jobs_owed ON cronctl_jobs (name) WHERE owes",
+    *functions.MIGRATION_V9,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS cronctl_schema (

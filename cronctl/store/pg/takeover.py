@@ -47,11 +47,13 @@ _SILENT_OWNER = f"""(NOT EXISTS (
        AND l.heartbeat_at >= clock_timestamp() - interval '{UNREACHABLE_AFTER_S} seconds')
     OR (r.claim ->> 'held_until')::timestamptz < clock_timestamp() - interval '{UNREACHABLE_AFTER_S} seconds')"""
 
-# For the beat: whether any held claim waits for a takeover.
-HELD_BY_SILENT = f"EXISTS (SELECT 1 FROM cronctl_runs AS r WHERE r.state = 'claimed' AND {_SILENT_OWNER})"
+# For the beat: whether any held claim waits for a takeover. (`r.live`, implied by the state, is
+# what lets the planner read the few live runs on cronctl_runs_live.)
+HELD_BY_SILENT = f"EXISTS (SELECT 1 FROM cronctl_runs AS r WHERE r.live AND r.state = 'claimed' AND {_SILENT_OWNER})"
 
-_FIND = f"SELECT r.job, r.run_id FROM cronctl_runs AS r WHERE r.state = 'claimed' AND {_SILENT_OWNER} ORDER BY r.fence"
-_STILL = f"SELECT 1 FROM cronctl_runs AS r WHERE r.run_id = %s AND r.state = 'claimed' AND {_SILENT_OWNER}"
+_FIND = (f"SELECT r.job, r.run_id FROM cronctl_runs AS r WHERE r.live AND r.state = 'claimed' AND {_SILENT_OWNER}"
+         " ORDER BY r.fence")
+_STILL = f"SELECT 1 FROM cronctl_runs AS r WHERE r.run_id = %s AND r.live AND r.state = 'claimed' AND {_SILENT_OWNER}"
 
 
 def held_by_silent_loops(conn: Connection) -> list[tuple[str, str]]:

@@ -49,7 +49,7 @@ from cronctl.store.pg.document import (
     rows_where,
 )
 from cronctl.store.pg.fired import drop_fired
-from cronctl.store.pg.schema import LIVE_STATES, ODD_JOB, OWES_NOTIFY
+from cronctl.store.pg.schema import LIVE_RUN, ODD_ROW, OWING_ROW
 from cronctl.store.pg.takeover import without_held
 
 JudgeBy = Literal["database", "caller"]
@@ -59,10 +59,10 @@ _AHEAD = "NOT paused AND next_run_at > %(now)s AND next_run_at <= %(horizon)s"
 # The healer's jobs (store/suspects.py): a live run, or a failed last run. Each half read by
 # an index, never the jobs (issue 21: an OR over both read every row, 60 ms at 100,000 jobs,
 # and the uncommitted rows of an open `apply -f` too): the live runs on the runs' partial
-# indexes, the failed last runs on cronctl_jobs_odd, whose predicate (ODD_JOB) the planner
-# finds implied here; the jobs then by their names.
-_SUSPECT = (f"name IN (SELECT job FROM cronctl_runs WHERE state IN ({', '.join(repr(s) for s in LIVE_STATES)})"
-            f" UNION SELECT name FROM cronctl_jobs WHERE {ODD_JOB} AND state ->> 'last_status' = ANY(%(failed)s))")
+# indexes, the failed last runs on cronctl_jobs_odd, whose predicate (the column `odd`) the
+# planner finds implied here; the jobs then by their names.
+_SUSPECT = (f"name IN (SELECT job FROM cronctl_runs WHERE {LIVE_RUN}"
+            f" UNION SELECT name FROM cronctl_jobs WHERE {ODD_ROW} AND state ->> 'last_status' = ANY(%(failed)s))")
 # A job the health pass may find late: unpaused, with targets, its next instant passed.
 _MAY_BE_LATE = "NOT paused AND wake_at IS NOT NULL AND wake_at <= %(late_by)s AND spec ? 'notify'"
 
@@ -307,7 +307,7 @@ class PgUnits:
 
     def notify_view(self, now: datetime) -> tuple[dict[str, Any], datetime]:
         with self.read():
-            entries = load_jobs(self.conn, OWES_NOTIFY, {}, lock=None)  # on cronctl_jobs_owed
+            entries = load_jobs(self.conn, OWING_ROW, {}, lock=None)  # on cronctl_jobs_owed
             if self.judge_by == "database":
                 row = self.conn.execute("SELECT clock_timestamp()").fetchone()
                 now = row[0] if row is not None else now
