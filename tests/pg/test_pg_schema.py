@@ -227,3 +227,14 @@ def test_version_9_keeps_a_version_8_databases_live_and_ended_runs_and_odd_jobs(
         conn.execute(run, ("claimed-2", "busy", True, "claimed", '{}'))
     with pytest.raises(psycopg.errors.GeneratedAlways), conn.transaction():
         conn.execute("UPDATE cronctl_runs SET live = false WHERE run_id = 'claimed-2'")  # no writer can forge it
+
+
+def test_an_upgrade_longer_than_the_round_trip_deadline_completes_and_the_deadline_returns(pg_url: str) -> None:
+    """V9 rewrites the jobs and runs tables: 6 s at a million jobs, past the 5 s deadline of a
+    round trip. The upgrade's round trips get deadline.MIGRATION_DEADLINE_S; the others keep theirs."""
+    from cronctl.store.pg.deadline import StoreDeadlineError
+
+    with connect(parse_store_url(pg_url), deadline_s=0.5) as short:
+        assert ensure_schema(short, (*MIGRATIONS, ("SELECT pg_sleep(1)",))) == SCHEMA_VERSION + 1
+        with pytest.raises(StoreDeadlineError), short.transaction():
+            short.execute("SELECT pg_sleep(1)")

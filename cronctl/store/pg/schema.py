@@ -23,6 +23,7 @@ import psycopg
 from cronctl.errors import StoreError
 from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.deadline import migration_deadline
 
 # pg_advisory_xact_lock key of schema changes: "cronctl" in ASCII, so it reads in pg_locks.
 MIGRATION_LOCK_KEY = 0x63726F6E63746C
@@ -272,7 +273,7 @@ def ensure_schema(conn: Connection, migrations: Sequence[Sequence[str]] = MIGRAT
     if current == target:
         return target
     try:
-        with conn.transaction():
+        with migration_deadline(conn), conn.transaction():  # a rewrite of a table takes seconds
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
             conn.execute(_SCHEMA_TABLE)
             current = schema_version(conn)  # another process may have migrated while we waited
