@@ -162,7 +162,7 @@ def deadline(conn: Any, seconds: float) -> Iterator[None]:
         yield
 
 
-# A schema upgrade's DDL may rewrite whole tables (V9: both the jobs and the runs, 6 s at a
+# A schema upgrade's DDL may rewrite whole tables (V9: both the jobs and the runs, 6.3 s at a
 # million jobs on a busy 2-core machine): its round trips get this long, once per upgrade.
 MIGRATION_DEADLINE_S = 600.0
 
