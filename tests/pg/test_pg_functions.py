@@ -132,3 +132,21 @@ def test_the_unit_end_writes_one_row_as_it_writes_many(conn: Connection) -> None
                     ("one", {"of": "one"}, now, later, False, now)]
     assert meta == [("counters@h", {"c": 2}), ("metrics@h", {"m": 2})]
     assert audit[-3:] == [("e0", "one", {"n": 0}), ("e0", "many-a", {"n": 0}), ("e1", "many-a", {"n": 1})]
+
+
+def test_the_fired_keys_are_found_one_or_many(conn: Connection) -> None:
+    """V9's path of one key finds what the join of many finds: the keys with a run, the marks."""
+    put_due_job(conn, "a")
+    put_due_job(conn, "b")
+    slot = db_now(conn)
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state)"
+                     " VALUES ('r1', 'a', %s, 'schedule', true, 'success')", (slot,))
+        conn.execute("UPDATE cronctl_jobs SET last_slot = %s WHERE name = 'b'", (slot,))
+    with conn.transaction():
+        one_key = functions.fired(conn, [("a", slot, 1)])
+        other_attempt = functions.fired(conn, [("a", slot, 2)])
+        many = functions.fired(conn, [("a", slot, 1), ("b", slot, 1), ("a", None, 1)])
+    assert one_key == ({("a", slot, 1)}, {})
+    assert other_attempt == (set(), {})
+    assert many == ({("a", slot, 1)}, {"b": slot})

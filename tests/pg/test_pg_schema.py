@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import psycopg
 import pytest
@@ -208,10 +208,13 @@ def test_version_9_keeps_a_version_8_databases_live_and_ended_runs_and_odd_jobs(
         claims = [(row[0], row[3]) for row in functions.lock_named(conn, ["busy", "plain"]) if row[3]]
         options = dict(conn.execute("SELECT relname, reloptions FROM pg_class"
                                     " WHERE relname IN ('cronctl_jobs', 'cronctl_runs')").fetchall())
+        analyzed = conn.execute("SELECT attname FROM pg_stats WHERE attname IN ('live', 'odd', 'owes')"
+                                " ORDER BY attname").fetchall()
     assert live == [("claimed-1",), ("running-1",)] and odd == [("failed",)] and owing == [("owing",)]
     assert {"cronctl_jobs_odd", "cronctl_jobs_owed", "cronctl_runs_live"} <= set(used.replace("(", " ").split())
     assert claims == [("busy", "claimed-1"), ("plain", "running-1")]
     assert options == {"cronctl_jobs": ["fillfactor=80"], "cronctl_runs": ["fillfactor=90"]}
+    assert analyzed == [("live",), ("odd",), ("owes",)]  # the planner knows the new columns at once
     with conn.transaction():
         entries, _ = stale.may_be_stale(conn, datetime.now(timezone.utc))
     assert sorted(entries) == ["busy", "failed", "plain"]

@@ -173,6 +173,29 @@ BEGIN
          WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;
 END $$"""
 
+# V9's: one claim's key (the run path's case) probes cronctl_runs_once by its three values; the
+# join stays for many. The join's generic plan, guessing 10 keys, hashed the whole runs table
+# while it was small (until a few thousand runs: 40 us a claim, as much as the rest of the call).
+_FIRED_V9 = """
+CREATE OR REPLACE FUNCTION cronctl_fired(jobs text[], slots timestamptz[], attempts integer[])
+RETURNS TABLE (fired_job text, fired_slot timestamptz, fired_attempt integer, mark timestamptz)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    IF cardinality(jobs) = 1 THEN
+        RETURN QUERY
+            SELECT r.job, r.slot, r.attempt, NULL::timestamptz FROM cronctl_runs AS r
+             WHERE r.job = jobs[1] AND r.slot = slots[1] AND r.attempt = attempts[1];
+    ELSE
+        RETURN QUERY
+            SELECT r.job, r.slot, r.attempt, NULL::timestamptz
+              FROM unnest(jobs, slots, attempts) AS k(job, slot, attempt)
+              JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt;
+    END IF;
+    RETURN QUERY
+        SELECT j.name, NULL::timestamptz, NULL::integer, j.last_slot FROM cronctl_jobs AS j
+         WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;
+END $$"""
+
 # The end of a unit (document.doc_transaction), one call: the changed job rows (arrays, one
 # statement: never a pipeline, whose gaps PostgreSQL does not time, issue 20), the high-water
 # marks raised by the scheduled runs dispatched (only ever forward; `fired_*` of rows written
@@ -321,9 +344,9 @@ MIGRATION: tuple[str, ...] = (_live_claims(_V8_LIVE, _V8_SETTINGS), _LOCK_NAMED,
                               _named_first(_V8_LIVE, _V8_SETTINGS), _DEPENDANTS, _OPEN_CHAINS,
                               _FIRED, _LOCK_META, _END_UNIT, _INSERT_RUN, _UPDATE_CLAIM, _END_RUN)
 # Schema V9 (schema.py): the two functions that read live runs, replaced to read them by `live`;
-# the unit's end, with its one-row path.
+# the unit's end and the fired keys, each with its one-row path.
 MIGRATION_V9: tuple[str, ...] = (_live_claims(_V9_LIVE, _V9_SETTINGS), _named_first(_V9_LIVE, _V9_SETTINGS),
-                                 _END_UNIT_V9)
+                                 _END_UNIT_V9, _FIRED_V9)
 
 LIVE_ROWS = tuple[str, Any, Any, str | None, Any, str | None]
 

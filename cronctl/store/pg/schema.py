@@ -240,8 +240,12 @@ _V9 = (
     # The new columns have no statistics until autovacuum's next ANALYZE (at a million rows,
     # after 100,000 changes): meanwhile the planner guessed at `live`, and the run path's reads
     # of live runs walked a job's whole history (0.1 ms a read at 440 runs, growing with them).
-    "ANALYZE cronctl_runs",
-    "ANALYZE cronctl_jobs",
+    # Only a table with rows: statistics of an empty one (a new store) would say so until the
+    # first ANALYZE after it fills, and the planner trust them for its first rows.
+    """DO $$ BEGIN
+        IF EXISTS (SELECT 1 FROM cronctl_runs) THEN ANALYZE cronctl_runs; END IF;
+        IF EXISTS (SELECT 1 FROM cronctl_jobs) THEN ANALYZE cronctl_jobs; END IF;
+    END $$""",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
