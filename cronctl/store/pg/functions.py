@@ -17,10 +17,11 @@ What stays the same, and why it does:
 - the statements are the ones the client sent (the same locks in the same order: FOR
   UPDATE in name order, SKIP LOCKED on the claim paths), with the live states written as
   constants, so a cached generic plan still matches the partial indexes on live runs;
-- the due scan is never a cached plan: its bound (`wake_at <= now`) decides between a few
-  rows and every row, and a generic plan cannot see it (a generic plan read every row at a
-  million jobs, 270-512 ms). Its function plans each call with the value
-  (`force_custom_plan`), as the client's statement was planned;
+- the due scan's bound (`wake_at <= now`) decides between a few rows and every row, and a
+  generic plan cannot see it (V8's single statement, ordered by name, read every row at a
+  million jobs in a generic plan, 270-512 ms), so V8 planned it at each call with the value
+  (`force_custom_plan`); V9 (`_LOCK_DUE_V9`) reads the due names by a range of the wake
+  index in a statement of their own, whose generic plan is that range for any bound;
 - the other plans are generic, made once (`SET plan_cache_mode = force_generic_plan` on each
   function, for its calls only): in the default mode PostgreSQL compares a generic plan's
   estimate with the custom plans' and, an array parameter being guessed at 10 elements, kept
@@ -118,6 +119,32 @@ BEGIN
     FOR job_name, job_spec, job_state IN
         SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j
          WHERE {_due_rows("due_by")} ORDER BY j.name
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        locked := array_append(locked, job_name);
+        RETURN NEXT;
+    END LOOP;
+    RETURN QUERY SELECT * FROM cronctl_live_claims(locked);
+END $$"""
+
+# V9's due rows: first their names, by a range of cronctl_jobs_wake to the bound (a statement
+# without ORDER BY: its generic plan, made once, has nothing to gain from the name index, and
+# enable_seqscan = off leaves it no whole-table read to prefer for a bound it cannot see); then
+# those rows locked in name order (SKIP LOCKED), the due condition checked again on each locked
+# row, as the single statement did. V8 planned its scan at every claim (force_custom_plan: 50 us,
+# a twentieth of a run's server time). Both read one bound: statement_timestamp() is the call's.
+_LOCK_DUE_V9 = f"""
+CREATE OR REPLACE FUNCTION cronctl_lock_due(due_by timestamptz)
+RETURNS TABLE (job_name text, job_spec jsonb, job_state jsonb, live_run text, live_claim jsonb, live_host text)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+DECLARE
+    locked text[] := '{{}}';
+    due text[];
+BEGIN
+    due := ARRAY(SELECT j.name FROM cronctl_jobs AS j WHERE {_due_rows("due_by")});
+    FOR job_name, job_spec, job_state IN
+        SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j
+         WHERE j.name = ANY(due) AND {_due_rows("due_by")} ORDER BY j.name
            FOR UPDATE SKIP LOCKED
     LOOP
         locked := array_append(locked, job_name);
@@ -346,7 +373,7 @@ MIGRATION: tuple[str, ...] = (_live_claims(_V8_LIVE, _V8_SETTINGS), _LOCK_NAMED,
 # Schema V9 (schema.py): the two functions that read live runs, replaced to read them by `live`;
 # the unit's end and the fired keys, each with its one-row path.
 MIGRATION_V9: tuple[str, ...] = (_live_claims(_V9_LIVE, _V9_SETTINGS), _named_first(_V9_LIVE, _V9_SETTINGS),
-                                 _END_UNIT_V9, _FIRED_V9)
+                                 _END_UNIT_V9, _FIRED_V9, _LOCK_DUE_V9)
 
 LIVE_ROWS = tuple[str, Any, Any, str | None, Any, str | None]
 
