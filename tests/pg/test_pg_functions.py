@@ -80,9 +80,10 @@ def test_the_due_scan_is_planned_with_its_instant_the_others_once(conn: Connecti
     with conn.transaction():
         modes = dict(conn.execute("SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'cronctl_%'").fetchall())
     # V9: the due names by a range of the wake index, planned once; no whole-table read (V8: planned each call)
-    assert modes.pop("cronctl_lock_due") == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"]
+    assert modes.pop("cronctl_lock_due") == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off",
+                                             "enable_bitmapscan=off"]
     # the readers of live runs: a plain index scan, never a bitmap scan (tests/pg/test_pg_hot.py)
-    for reader in ("cronctl_live_claims", "cronctl_named_first"):
+    for reader in ("cronctl_live_claims", "cronctl_named_first", "cronctl_lock_named"):
         assert modes.pop(reader) == ["plan_cache_mode=force_generic_plan", "enable_bitmapscan=off"]
     assert modes and set(map(tuple, modes.values())) == {("plan_cache_mode=force_generic_plan",)}
 
