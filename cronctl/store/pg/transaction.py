@@ -3,11 +3,9 @@
 A loop stopped mid-transaction (SIGSTOP, a partition) must not hold job or run rows for
 long: PostgreSQL ends its session after `idle_s` idle inside the transaction, which
 frees its row locks (MULTIHOST §4). `lock_s` and `statement_s` bound how long a lease
-operation waits or works. The limits are set with `SET LOCAL`: they end with the
-transaction, so nothing stays on a session that a transaction-mode pooler hands to someone
-else. The three go in one message (the simple query protocol: no parameters, so nothing
-to plan; a `SELECT set_config(...)` was planned at every transaction, 7 us of a run's 1 ms
-of server time each, issue 21); their values are this module's numbers, never user text.
+operation waits or works. The limits are set with `set_config(..., is_local => true)`,
+i.e. `SET LOCAL`: they end with the transaction, so nothing stays on a session that a
+transaction-mode pooler hands to someone else.
 
 The idle timer runs only after the server answered a statement up to its Sync: between the
 messages of a pipeline (psycopg's `executemany`), inside a half-received message or a COPY,
@@ -34,19 +32,15 @@ class Limits:
 
 LEASE_LIMITS = Limits()
 
-_SETTINGS = ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout")
-
-
-def set_limits(limits: Limits) -> str:
-    """The `SET LOCAL` statements of `limits`, one string (integers of milliseconds)."""
-    values = (limits.idle_s, limits.lock_s, limits.statement_s)
-    return "; ".join(f"SET LOCAL {name} = {int(round(seconds * 1000))}" for name, seconds in zip(_SETTINGS, values,
-                                                                                               strict=True))
+_SET_LIMITS = """SELECT set_config('idle_in_transaction_session_timeout', %s, true),
+                        set_config('lock_timeout', %s, true),
+                        set_config('statement_timeout', %s, true)"""
 
 
 @contextmanager
 def short_transaction(conn: Connection, limits: Limits = LEASE_LIMITS) -> Iterator[None]:
     """`conn.transaction()` with `limits` in force for it alone (one extra round trip)."""
     with conn.transaction():
-        conn.execute(set_limits(limits))
+        conn.execute(_SET_LIMITS, tuple(f"{round(seconds * 1000)}ms" for seconds in
+                                        (limits.idle_s, limits.lock_s, limits.statement_s)))
         yield
