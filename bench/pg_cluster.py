@@ -12,6 +12,8 @@ of it, so no part sees another's rows or commits.
   schedulers) and APScheduler 4 with 3 schedulers on one SQLAlchemy data store and a
   psycopg event broker on the same server. Missed = (job, instant) pairs with no start,
   duplicates = extra starts of a pair, both read from the ledger every child appends to.
+  --profile: for cronctl, where the CPU went from each instant to its p99 start (the
+  loops, PostgreSQL, the rest: bench/burst_profile.py).
 - claim: claim + dispatch + finish of one run through PgLeaseStore (bench/pg_claim.py
   --api lease) with 1k, 10k and 100k job rows.
 - idle: 1,000 jobs due far in the future, 1 and 3 loops; transactions per second per loop
@@ -31,7 +33,7 @@ installed into its own directory (--aps4-dir, default under the system temp dir;
 
 Usage: python bench/pg_cluster.py [--only lateness|claim|idle|takeover|reconnect] [--ks 100,500]
        [--rounds 3] [--interval 10] [--sizes 1000,10000,100000] [--claim-rounds 100]
-       [--idle-seconds 30] [--trials 3] [--install-peers] [--results DIR]
+       [--idle-seconds 30] [--trials 3] [--install-peers] [--results DIR] [--profile]
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import lateness  # noqa: E402 - the scripts beside this one
+import burst_profile  # noqa: E402 - the scripts beside this one
+import lateness  # noqa: E402
 import pg_claim  # noqa: E402 - puts the repository on the path
 from tests.helpers import pgserver  # noqa: E402
 import psycopg  # noqa: E402
@@ -285,7 +288,7 @@ def jobs_yaml(k: int, interval: float, ledger: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_pg(bench: Bench, k: int, loops: int, rounds: int, interval: float) -> dict[str, Any]:
+def run_pg(bench: Bench, k: int, loops: int, rounds: int, interval: float, profile: bool = False) -> dict[str, Any]:
     work = workdir(f"pg-late-{k}-{loops}")
     ledger = work / "ledger"
     with bench.database() as db_url:
@@ -295,11 +298,18 @@ def run_pg(bench: Bench, k: int, loops: int, rounds: int, interval: float) -> di
         try:
             wait_beating(db_url, loops)
             instants = instants_after(first, interval, time.time(), rounds)
+            profiler = burst_profile.BurstProfiler([p.pid for p in procs], burst_profile.server_pids(
+                bench.server.data_dir)) if profile else None
+            if profiler is not None:
+                profiler.watch(instants)
             threads, cpu = sample_instants([p.pid for p in procs], instants, before=3.5)
             time.sleep(1.0)
         finally:
             stop_all(procs)
         out = lateness_result(ledger, instants, k, threads, cpu)
+        if profiler is not None:
+            profiler.join()
+            out["profile"] = profiler.rows([started for started, _name in lateness.read_ledger(ledger)])
         out["by_host"] = ", ".join(f"{host} {count}" for host, count in query(
             db_url, "SELECT host_id, count(*) FROM cronctl_runs WHERE state = 'success' GROUP BY 1 ORDER BY 1"))
         return out
@@ -410,7 +420,7 @@ def part_lateness(bench: Bench, args: argparse.Namespace) -> str:
              "measured instants included). The loop that reaches a burst first usually claims all of it; loops "
              "claiming at the same moment split it (each skips the rows another has locked)."]
     peers = lateness_peers(args, notes)
-    rows = []
+    rows, profiles = [], []
     for k in ks:
         for label, runner in peers:
             print(f"pg_cluster lateness: {label} K={k} ...", file=sys.stderr, flush=True)
@@ -420,11 +430,22 @@ def part_lateness(bench: Bench, args: argparse.Namespace) -> str:
             rows.append([k, label, f"{res['n']}/{res['expected']}", res.get("missed", "-"),
                          res.get("duplicates", "-"), fmt(res["p50_ms"]), fmt(res["p99_ms"]), fmt(res["max_ms"]),
                          fmt(res.get("cpu_s_per_instant"), 2), fmt(res.get("threads_max")), res.get("by_host", "")])
+            profiles += [[k, label, *profile_cells(row)] for row in res.get("profile", [])]
     title = f"Fire lateness on PostgreSQL (ms; {args.rounds} instants per K, every {args.interval:g} s)"
     text = table(title, ["K", "scheduler", "starts seen", "missed", "duplicates", "p50", "p99", "max",
                          "CPU s per instant (all processes)", "threads (max)", "runs by host"], rows,
                  command=command(args, "lateness"))
-    return text + "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
+    text += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
+    if profiles:
+        text += "\n" + table("Where the CPU went from each instant to its p99 start (ms of CPU, all cores; "
+                             "bench/burst_profile.py)", ["K", "scheduler", "p99", "measured over", "busy", "loops",
+                                                        "PostgreSQL", "rest (children, others)"], profiles)
+    return text
+
+
+def profile_cells(row: dict[str, Any]) -> list[str]:
+    return [fmt(row["p99_ms"]), f"+{row['from_ms']:.0f} to +{row['to_ms']:.0f} ms", fmt(row["busy_ms"]),
+            fmt(row["loops_ms"]), fmt(row["server_ms"]), fmt(row["rest_ms"])]
 
 
 Runner = Callable[[Bench, int, argparse.Namespace], dict[str, Any]]
@@ -442,9 +463,9 @@ def lateness_peers(args: argparse.Namespace, notes: list[str]) -> list[tuple[str
                      "costs on this machine at this load.")
         peers.append(("gate floor (no scheduler)", lambda b, k, a: lateness.run_gate_floor(k, a.rounds, 3.0)))
     if "pg1" in wanted:
-        peers.append(("cronctl PostgreSQL, 1 loop", lambda b, k, a: run_pg(b, k, 1, a.rounds, a.interval)))
+        peers.append(("cronctl PostgreSQL, 1 loop", lambda b, k, a: run_pg(b, k, 1, a.rounds, a.interval, a.profile)))
     if "pg3" in wanted:
-        peers.append(("cronctl PostgreSQL, 3 loops", lambda b, k, a: run_pg(b, k, 3, a.rounds, a.interval)))
+        peers.append(("cronctl PostgreSQL, 3 loops", lambda b, k, a: run_pg(b, k, 3, a.rounds, a.interval, a.profile)))
     if "json" in wanted:
         peers.append(("cronctl JSON store, 1 loop", lambda b, k, a: lateness.run_cronctl(k, a.rounds, a.interval)))
     if "aps3" in wanted:
@@ -749,7 +770,8 @@ def part_reconnect(bench: Bench, args: argparse.Namespace) -> str:
 
 def command(args: argparse.Namespace, part: str) -> str:
     peers = "" if args.peers == ",".join(PEER_KEYS) else f" --peers {args.peers}"
-    flags = {"lateness": f"--ks {args.ks} --rounds {args.rounds} --interval {args.interval:g}{peers}",
+    profile = " --profile" if args.profile else ""
+    flags = {"lateness": f"--ks {args.ks} --rounds {args.rounds} --interval {args.interval:g}{peers}{profile}",
              "claim": f"--sizes {args.sizes} --claim-rounds {args.claim_rounds}",
              "idle": f"--idle-seconds {args.idle_seconds:g}", "takeover": f"--trials {args.trials}",
              "reconnect": f"--trials {args.trials}"}[part]
@@ -770,6 +792,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--aps4-dir", type=Path, default=None, help="where APScheduler 4 is (pip --target)")
     parser.add_argument("--install-peers", action="store_true", help="pip-install APScheduler 3 and 4 when missing")
     parser.add_argument("--results", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="lateness: where the CPU went from each instant to its p99 start (bench/burst_profile.py)")
     args = parser.parse_args(argv)
     unknown = set(args.only.split(",")) - set(PARTS)
     if unknown:
