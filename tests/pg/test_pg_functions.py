@@ -4,7 +4,8 @@
   (each statement of a VOLATILE function takes its own snapshot, as separate statements did);
 - the due rows are locked SKIP LOCKED, so a row another loop is deciding on is left to it;
 - an error raised inside a function is the client statement's error: same class, one line;
-- the due scan's generic plan (V9) ranges over the wake index, whatever its bound.
+- the due scan's generic plan (V9) ranges over the wake index, whatever its bound;
+- a unit opens in one call (V10) unless it has chains to plan, and finds what the steps find.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from cronctl.models import JobSpec
 from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
+from cronctl.store.pg.jobs import put_job
 from cronctl.store.pg.transaction import Limits, short_transaction
 from tests.pg.pghelp import db_now, one, put_due_job, wait_until_blocked
 
@@ -30,8 +33,15 @@ def _insert_live_run(conn: Connection, job: str, run_id: str) -> None:
                  (run_id, job, Jsonb({"run_id": run_id, "owner": {"pid": 1}})))
 
 
+def _open_named_rows(conn: Connection, names: list[str]) -> list[functions.LIVE_ROWS]:
+    opened = functions.open_named(conn, names, [])
+    assert opened is not None
+    return opened.rows
+
+
+@pytest.mark.parametrize("lock_named", [functions.lock_named, _open_named_rows], ids=["steps", "in-one"])
 def test_a_unit_that_waited_for_the_lock_reads_the_run_its_holder_committed(
-        connections: Callable[[], Connection]) -> None:
+        connections: Callable[[], Connection], lock_named: Callable[[Connection, list[str]], Any]) -> None:
     holder, waiter, observer = connections(), connections(), connections()
     put_due_job(observer, "j")
     result: dict[str, Any] = {}
@@ -40,7 +50,7 @@ def test_a_unit_that_waited_for_the_lock_reads_the_run_its_holder_committed(
 
         def lock() -> None:
             with waiter.transaction():
-                result["rows"] = functions.lock_named(waiter, ["j"])
+                result["rows"] = lock_named(waiter, ["j"])
 
         thread = threading.Thread(target=lock)
         thread.start()
@@ -80,11 +90,13 @@ def test_the_due_scan_is_planned_with_its_instant_the_others_once(conn: Connecti
     with conn.transaction():
         modes = dict(conn.execute("SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'cronctl_%'").fetchall())
     # V9: the due names by a range of the wake index, planned once; no whole-table read (V8: planned each call)
-    assert modes.pop("cronctl_lock_due") == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off",
-                                             "enable_bitmapscan=off"]
-    # the readers of live runs: a plain index scan, never a bitmap scan (tests/pg/test_pg_hot.py)
-    for reader in ("cronctl_live_claims", "cronctl_named_first", "cronctl_lock_named"):
-        assert modes.pop(reader) == ["plan_cache_mode=force_generic_plan", "enable_bitmapscan=off"]
+    for due in ("cronctl_lock_due", "cronctl_open_due"):
+        assert modes.pop(due) == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_bitmapscan=off"]
+    # the readers of live runs: a plain index scan, never a bitmap scan (tests/pg/test_pg_hot.py), nor
+    # the table read whole (V10)
+    for reader in ("cronctl_live_claims", "cronctl_named_first", "cronctl_lock_named", "cronctl_open_named"):
+        assert modes.pop(reader) == ["plan_cache_mode=force_generic_plan", "enable_bitmapscan=off",
+                                     "enable_seqscan=off"]
     assert modes and set(map(tuple, modes.values())) == {("plan_cache_mode=force_generic_plan",)}
 
 
@@ -152,3 +164,50 @@ def test_the_fired_keys_are_found_one_or_many(conn: Connection) -> None:
     assert one_key == ({("a", slot, 1)}, {})
     assert other_attempt == (set(), {})
     assert many == ({("a", slot, 1)}, {"b": slot})
+
+
+def _put_meta(conn: Connection) -> list[str]:
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_meta (key, value) VALUES ('counters@h', '{\"c\": 1}'),"
+                     " ('metrics@h', '{}') ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")
+    return ["counters@h", "metrics@h"]
+
+
+def test_a_named_unit_opens_in_one_call_unless_its_jobs_have_chains_to_plan(conn: Connection) -> None:
+    put_due_job(conn, "a")
+    put_due_job(conn, "b")
+    put_due_job(conn, "c")
+    put_job(conn, JobSpec(name="after-b", command="true", after=("b",)), None)
+    _insert_live_run(conn, "a", "ra")
+    keys = _put_meta(conn)
+    before = db_now(conn)
+    with conn.transaction():
+        opened = functions.open_named(conn, ["a", "c"], keys)
+        chained = functions.open_named(conn, ["b"], keys)  # a job runs after b: its end may start it
+    assert opened is not None and chained is None
+    assert [(row[0], row[3]) for row in opened.rows] == [("a", None), ("c", None), ("a", "ra")]
+    assert opened.rows[0][1]["name"] == "a" and opened.rows[2][4]["owner"] == {"pid": 1}
+    assert opened.meta == [("counters@h", {"c": 1}), ("metrics@h", {})] and opened.after == []
+    assert opened.at >= before
+    with conn.transaction():  # a's live run is a chain's node: its end decides the chain
+        conn.execute("UPDATE cronctl_runs SET claim = claim || '{\"chain\": \"ch\"}' WHERE run_id = 'ra'")
+    with conn.transaction():
+        assert functions.open_named(conn, ["a"], keys) is None
+        assert functions.open_named(conn, ["c"], []) is not None
+
+
+def test_the_claim_write_opens_in_one_call_unless_a_chain_is_open(conn: Connection) -> None:
+    put_due_job(conn, "x")
+    put_due_job(conn, "y", ago_s=-3600)  # not due
+    put_job(conn, JobSpec(name="after-x", command="true", after=("x",)), None)
+    with conn.transaction():  # what the lease store claims by (put_job writes only next_run_at)
+        conn.execute("UPDATE cronctl_jobs SET wake_at = next_run_at")
+    with conn.transaction():
+        opened = functions.open_due(conn, None)
+    assert opened is not None
+    assert [row[0] for row in opened.rows] == ["x"] and opened.after == ["after-x"] and opened.meta == []
+    with conn.transaction():
+        conn.execute("INSERT INTO cronctl_chains (chain_id, root, jobs, chain, started_at)"
+                     " VALUES ('ch', 'x', '{x}', '{}', clock_timestamp())")
+    with conn.transaction():
+        assert functions.open_due(conn, None) is None

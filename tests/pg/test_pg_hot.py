@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
 from psycopg.types.json import Jsonb
 
 from cronctl.jobs.state import entry_from, new_state
@@ -112,17 +113,26 @@ def churn(conn: Connection, others: int = 200, ended: int = 300) -> None:
     conn.commit()
 
 
-def test_a_jobs_live_runs_are_read_without_visiting_other_runs(conn: Connection) -> None:
+def _open_named(conn: Connection, names: list[str]) -> list[functions.LIVE_ROWS]:
+    opened = functions.open_named(conn, names, [])
+    assert opened is not None
+    return opened.rows
+
+
+@pytest.mark.parametrize("lock_named", [functions.lock_named, _open_named], ids=["steps", "in-one"])
+def test_a_jobs_live_runs_are_read_without_visiting_other_runs(
+        conn: Connection, lock_named: Callable[[Connection, list[str]], list[functions.LIVE_ROWS]]) -> None:
     """The run path's read of a job's live runs (every unit) visits a page or two: not the live
     runs of the other jobs (V8's index of live runs was keyed by a column no writer sets), nor
     the versions its own ended runs left (the index holds an entry of each until VACUUM; a plain
-    index scan marks them dead as it passes, a bitmap scan visited each at every read)."""
+    index scan marks them dead as it passes, a bitmap scan visited each at every read), nor the
+    whole table (V10: a generic plan of a small table read it whole)."""
     churn(conn)
     with conn.transaction():
-        functions.lock_named(conn, ["j"])  # the first read passes the dead entries and marks them
+        lock_named(conn, ["j"])  # the first read passes the dead entries and marks them
     with conn.transaction():
         seen = one(conn, "SELECT pg_stat_get_xact_blocks_fetched('cronctl_runs'::regclass)")
-        rows = functions.lock_named(conn, ["j"])
+        rows = lock_named(conn, ["j"])
         visited = one(conn, "SELECT pg_stat_get_xact_blocks_fetched('cronctl_runs'::regclass)") - seen
     assert [row[0] for row in rows] == ["j"]
     assert visited <= 3, visited  # 500 runs fill about 90 pages of the table

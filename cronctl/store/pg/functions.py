@@ -37,6 +37,7 @@ CREATE on the schema, as it does for the tables.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -84,6 +85,10 @@ _V9_LIVE = "r.live"
 # which the planner picks a bitmap scan, which visited every such version at each read: the
 # reads slowed with every run ended since the last VACUUM (issue 21).
 _V9_SETTINGS = "SET plan_cache_mode = force_generic_plan SET enable_bitmapscan = off"
+# V10's: nor a whole-table read. A generic plan of a small runs table (hundreds of rows, a few
+# live by its statistics) read it whole, every version of every row since the last VACUUM:
+# 80-120 us a read at 550 runs on 184 pages (issue 21), and more with every run.
+_V10_SETTINGS = f"{_V9_SETTINGS} SET enable_seqscan = off"
 # V9's lock functions read the live runs of the rows they locked themselves, a statement of its
 # own (its own snapshot, taken after the locks, as `cronctl_live_claims` did): a nested function
 # call cost each unit 15-25 us more (cronctl_live_claims stays, reading `live`, but is not called).
@@ -160,10 +165,11 @@ BEGIN
 END $$"""
 
 # V9's named unit: as V8's, the live runs read in the function itself (one call fewer a unit).
-_LOCK_NAMED_V9 = f"""
+def _lock_named_v9(settings: str) -> str:
+    return f"""
 CREATE OR REPLACE FUNCTION cronctl_lock_named(names text[])
 RETURNS TABLE (job_name text, job_spec jsonb, job_state jsonb, live_run text, live_claim jsonb, live_host text)
-LANGUAGE plpgsql {_V9_SETTINGS} AS $$
+LANGUAGE plpgsql {settings} AS $$
 DECLARE
     locked text[] := '{{}}';
 BEGIN
@@ -174,6 +180,7 @@ BEGIN
         RETURN NEXT;
     END LOOP;{_V9_LIVE_ROWS}
 END $$"""
+
 
 # chain_rows._NAMED_FIRST: the chains of the named jobs' live runs, and whether any job runs after them.
 def _named_first(live: str, settings: str) -> str:
@@ -389,13 +396,92 @@ BEGIN
     RETURN QUERY SELECT m.key, m.value FROM cronctl_meta AS m WHERE m.key = ANY(keys) ORDER BY m.key FOR UPDATE;
 END $$"""
 
+# V10: a unit's opening in one call (issue 21: each call of a function costs the server 15-25 us
+# around its own statements, and a run's three units made thirteen). A named unit (a dispatch, a
+# finish) whose jobs have no chain run and no job after them (`cronctl_named_first`'s two
+# questions, asked first as before) locks its job rows, reads their live runs, locks this
+# host's meta rows and reads the clock; otherwise it does nothing and says `plan`, and the
+# client plans the unit's chains first (chain_rows.plan_named), as V9 did for every unit. The
+# claim write does the same when no chain is open, and reads the dependants of the rows it
+# locked (`cronctl_dependants`). One row per thing found, its kind first: `job` (name, spec,
+# state), `run` (job, run_id, claim, host), `meta` (key, value in the state column), `after`
+# (a dependant's name), then `now` (the clock once every lock is held).
+_OPENED = """RETURNS TABLE (kind text, row_name text, row_spec jsonb, row_state jsonb, row_run text, row_claim jsonb,
+               row_host text, row_at timestamptz)"""
+_PLAN = "RETURN QUERY SELECT 'plan'::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text, NULL::jsonb, NULL::text," \
+        " NULL::timestamptz;\n        RETURN;"
+_OPENED_RUNS = """
+    RETURN QUERY
+        SELECT 'run'::text, r.job, NULL::jsonb, NULL::jsonb, r.run_id, r.claim, r.host_id, NULL::timestamptz
+          FROM cronctl_runs AS r WHERE r.job = ANY(locked) AND r.live AND r.claim IS NOT NULL ORDER BY r.fence;"""
+_OPENED_NOW = """
+    RETURN QUERY SELECT 'now'::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text, NULL::jsonb, NULL::text,
+                        clock_timestamp();"""
+_OPENED_JOBS = """
+    LOOP
+        kind := 'job';
+        locked := array_append(locked, row_name);
+        RETURN NEXT;
+    END LOOP;"""
+
+_OPEN_NAMED = f"""
+CREATE OR REPLACE FUNCTION cronctl_open_named(names text[], meta_keys text[])
+{_OPENED}
+LANGUAGE plpgsql {_V10_SETTINGS} AS $$
+DECLARE
+    locked text[] := '{{}}';
+BEGIN
+    IF EXISTS (SELECT 1 FROM cronctl_runs AS r WHERE r.job = ANY(names) AND r.live AND r.claim->>'chain' IS NOT NULL)
+       OR EXISTS (SELECT 1 FROM cronctl_jobs AS j WHERE j.spec ? 'after' AND j.spec->'after' ?| names) THEN
+        {_PLAN}
+    END IF;
+    FOR row_name, row_spec, row_state IN
+        SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j WHERE j.name = ANY(names) ORDER BY j.name
+           FOR UPDATE{_OPENED_JOBS}{_OPENED_RUNS}
+    IF cardinality(meta_keys) > 0 THEN
+        RETURN QUERY
+            SELECT 'meta'::text, m.key, NULL::jsonb, m.value, NULL::text, NULL::jsonb, NULL::text, NULL::timestamptz
+              FROM cronctl_meta AS m WHERE m.key = ANY(meta_keys) ORDER BY m.key FOR UPDATE;
+    END IF;{_OPENED_NOW}
+END $$"""
+
+# The claim write's: as V9's `cronctl_lock_due` (the same settings: the due names by a range of
+# the wake index), once no chain is open (cronctl_chains_open); the dependants of the rows locked
+# by the GIN index on `after` (disabled plans are still chosen when they are the only ones).
+_OPEN_DUE = f"""
+CREATE OR REPLACE FUNCTION cronctl_open_due(due_by timestamptz)
+{_OPENED}
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    locked text[] := '{{}}';
+    due text[];
+BEGIN
+    IF EXISTS (SELECT 1 FROM cronctl_chains AS c WHERE c.ended_at IS NULL) THEN
+        {_PLAN}
+    END IF;
+    due := ARRAY(SELECT j.name FROM cronctl_jobs AS j WHERE {_due_rows("due_by")});
+    FOR row_name, row_spec, row_state IN
+        SELECT j.name, j.spec, j.state FROM cronctl_jobs AS j
+         WHERE j.name = ANY(due) AND {_due_rows("due_by")} ORDER BY j.name
+           FOR UPDATE SKIP LOCKED{_OPENED_JOBS}{_OPENED_RUNS}
+    IF cardinality(locked) > 0 THEN
+        RETURN QUERY
+            SELECT 'after'::text, j.name, NULL::jsonb, NULL::jsonb, NULL::text, NULL::jsonb, NULL::text,
+                   NULL::timestamptz FROM cronctl_jobs AS j
+             WHERE j.spec ? 'after' AND j.spec->'after' ?| locked ORDER BY j.name;
+    END IF;{_OPENED_NOW}
+END $$"""
+
 MIGRATION: tuple[str, ...] = (_live_claims(_V8_LIVE, _V8_SETTINGS), _LOCK_NAMED, _LOCK_DUE,
                               _named_first(_V8_LIVE, _V8_SETTINGS), _DEPENDANTS, _OPEN_CHAINS,
                               _FIRED, _LOCK_META, _END_UNIT, _INSERT_RUN, _UPDATE_CLAIM, _END_RUN)
 # Schema V9 (schema.py): the two functions that read live runs, replaced to read them by `live`;
 # the unit's end and the fired keys, each with its one-row path.
 MIGRATION_V9: tuple[str, ...] = (_live_claims(_V9_LIVE, _V9_SETTINGS), _named_first(_V9_LIVE, _V9_SETTINGS),
-                                 _END_UNIT_V9, _FIRED_V9, _LOCK_DUE_V9, _LOCK_NAMED_V9)
+                                 _END_UNIT_V9, _FIRED_V9, _LOCK_DUE_V9, _lock_named_v9(_V9_SETTINGS))
+# Schema V10: a unit's opening in one call; the step-by-step readers of live runs never read the table whole.
+MIGRATION_V10: tuple[str, ...] = (_OPEN_NAMED, _OPEN_DUE, _live_claims(_V9_LIVE, _V10_SETTINGS),
+                                  _named_first(_V9_LIVE, _V10_SETTINGS), _lock_named_v9(_V10_SETTINGS))
 
 LIVE_ROWS = tuple[str, Any, Any, str | None, Any, str | None]
 
@@ -494,3 +580,40 @@ def end_run(conn: Connection, values: tuple[Any, ...]) -> None:
 
 def lock_meta(conn: Connection, keys: list[str]) -> list[tuple[Any, ...]]:
     return call(conn, "SELECT * FROM cronctl_lock_meta(%s::text[])", (keys,)).fetchall()
+
+
+@dataclass
+class Opened:
+    """What a unit's opening call found (`_OPEN_NAMED`, `_OPEN_DUE`)."""
+
+    rows: list[LIVE_ROWS]  # the job rows locked, then their live runs: as `lock_named` returns them
+    meta: list[tuple[str, Any]]  # the meta rows locked: (key, value)
+    after: list[str]  # the dependants of the jobs locked (the claim write's)
+    at: datetime  # the database clock once every lock was held
+
+
+def open_named(conn: Connection, names: list[str], meta_keys: list[str]) -> Opened | None:
+    """A named unit opened (`_OPEN_NAMED`); None: nothing done, its chains are to plan first."""
+    return _opened(call(conn, "SELECT * FROM cronctl_open_named(%s::text[], %s::text[])",
+                        (names, meta_keys)).fetchall())
+
+
+def open_due(conn: Connection, due_by: datetime | None) -> Opened | None:
+    """The claim write opened (`_OPEN_DUE`); None: nothing done, a chain is open."""
+    return _opened(call(conn, "SELECT * FROM cronctl_open_due(%s::timestamptz)", (due_by,)).fetchall())
+
+
+def _opened(rows: list[tuple[Any, ...]]) -> Opened | None:
+    if rows[0][0] == "plan":
+        return None
+    opened = Opened([], [], [], rows[-1][7])
+    for kind, name, spec, state, run_id, claim, host, _ in rows:
+        if kind == "job":
+            opened.rows.append((name, spec, state, None, None, None))
+        elif kind == "run":
+            opened.rows.append((name, None, None, run_id, claim, host))
+        elif kind == "meta":
+            opened.meta.append((name, state))
+        elif kind == "after":
+            opened.after.append(name)
+    return opened

@@ -41,6 +41,7 @@ from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import (
     DocTransaction,
     LockRows,
+    OpenInOne,
     PlanChains,
     doc_transaction,
     load_jobs,
@@ -177,12 +178,18 @@ class PgUnits:
     def named(self, names: Iterable[str], *, meta: bool = False, committed_note: str | None = None,
               defer_flush: bool = False) -> AbstractContextManager[PgUnit]:
         wanted = sorted(set(names))
-        plan = (lambda conn: chain_rows.plan_named(conn, wanted)) if wanted else None
-        return self._unit(rows_named(wanted) if wanted else rows_where("false", {}), meta=meta, chains=plan)
+        if not wanted:
+            return self._unit(rows_where("false", {}), meta=meta)
+        # No chain to plan (the common case): one call (a plan of None, as plan_named's).
+        in_one = OpenInOne(lambda conn, keys: functions.open_named(conn, wanted, keys), None)
+        return self._unit(rows_named(wanted), meta=meta, chains=lambda conn: chain_rows.plan_named(conn, wanted),
+                          in_one=in_one)
 
     def due(self, now: datetime) -> AbstractContextManager[PgUnit]:
         asked = None if self.judge_by == "database" else now
-        return self._unit(rows_due(asked), chains=chain_rows.plan_due)
+        # No chain open (the common case): one call, the plan plan_due makes of no open chain.
+        in_one = OpenInOne(lambda conn, keys: functions.open_due(conn, asked), ChainPlan(read_dependants=True))
+        return self._unit(rows_due(asked), chains=chain_rows.plan_due, in_one=in_one)
 
     def ahead(self, now: datetime, horizon: datetime) -> AbstractContextManager[PgUnit]:
         judged = self.db_now() if self.judge_by == "database" else now  # the rows to lock depend on it
@@ -198,8 +205,9 @@ class PgUnits:
 
     @contextmanager
     def _unit(self, lock: LockRows, *, meta: bool = False, chosen_at: datetime | None = None,
-              chains: PlanChains | None = None) -> Iterator[PgUnit]:
-        with self.lock, doc_transaction(self.conn, self.host_id, lock, meta=meta, chains=chains) as tx:
+              chains: PlanChains | None = None, in_one: OpenInOne | None = None) -> Iterator[PgUnit]:
+        with self.lock, doc_transaction(self.conn, self.host_id, lock, meta=meta, chains=chains,
+                                        in_one=in_one) as tx:
             unit = PgUnit(tx, self.judge_by, self.clock, chosen_at)
             yield unit
         for then in unit.committed:
