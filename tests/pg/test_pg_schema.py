@@ -131,8 +131,6 @@ def test_the_schema_lock_is_gone_with_the_transaction(conn: Connection) -> None:
 def test_version_5_upgrades_a_version_4_database_to_chain_runs(conn: Connection) -> None:
     """A database of the schema before chains: its runs table refused the `chain` trigger and
     the `skipped` state (what `store import-json` of a home with chain history hit)."""
-    from cronctl.store.pg.schema import MIGRATIONS
-
     assert ensure_schema(conn, MIGRATIONS[:4]) == 4
     insert = ("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state)"
               " VALUES ('r1', 'b', now(), 'chain', false, 'skipped')")
@@ -144,15 +142,19 @@ def test_version_5_upgrades_a_version_4_database_to_chain_runs(conn: Connection)
     assert "cronctl_chains" in _tables(conn)
 
 
-def test_version_6_adds_the_read_indexes_to_a_version_5_database_with_its_rows(conn: Connection) -> None:
-    """Issue 21: `list NAME-PREFIX` and `status --stale` read by index; a filled store gains them."""
-    from cronctl.store.pg.schema import MIGRATIONS
-
-    assert ensure_schema(conn, MIGRATIONS[:5]) == 5
+def _upgraded_with_jobs(conn: Connection, version: int, state_of_a: str) -> None:
+    """A database of the version before `version` holding jobs `a` (of state `state_of_a`) and
+    `b`, upgraded to `version`."""
+    assert ensure_schema(conn, MIGRATIONS[:version - 1]) == version - 1
     with conn.transaction():
         conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state)"
-                     " VALUES ('a', '{}', 'skip', '{\"last_status\": \"error\"}'), ('b', '{}', 'skip', '{}')")
-    assert ensure_schema(conn, MIGRATIONS[:6]) == 6
+                     " VALUES ('a', '{}', 'skip', %s), ('b', '{}', 'skip', '{}')", (state_of_a,))
+    assert ensure_schema(conn, MIGRATIONS[:version]) == version
+
+
+def test_version_6_adds_the_read_indexes_to_a_version_5_database_with_its_rows(conn: Connection) -> None:
+    """Issue 21: `list NAME-PREFIX` and `status --stale` read by index; a filled store gains them."""
+    _upgraded_with_jobs(conn, 6, '{"last_status": "error"}')
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         odd = conn.execute("SELECT name FROM cronctl_jobs WHERE " + ODD_JOB).fetchall()
@@ -162,13 +164,9 @@ def test_version_6_adds_the_read_indexes_to_a_version_5_database_with_its_rows(c
 
 def test_version_7_adds_the_loop_read_index_to_a_version_6_database_with_its_rows(conn: Connection) -> None:
     """Issue 21: the notify worker's read of the jobs owing a notification is a range of an index."""
-    from cronctl.store.pg.schema import MIGRATIONS, OWES_NOTIFY
+    from cronctl.store.pg.schema import OWES_NOTIFY
 
-    assert ensure_schema(conn, MIGRATIONS[:6]) == 6
-    with conn.transaction():
-        conn.execute("INSERT INTO cronctl_jobs (name, spec, overlap, state) VALUES"
-                     " ('a', '{}', 'skip', '{\"notify_owed\": {\"k\": {}}}'), ('b', '{}', 'skip', '{}')")
-    assert ensure_schema(conn, MIGRATIONS[:7]) == 7
+    _upgraded_with_jobs(conn, 7, '{"notify_owed": {"k": {}}}')
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         owed = conn.execute("SELECT name FROM cronctl_jobs WHERE " + OWES_NOTIFY).fetchall()
@@ -176,12 +174,23 @@ def test_version_7_adds_the_loop_read_index_to_a_version_6_database_with_its_row
     assert owed == [("a",)] and "cronctl_jobs_owed" in " ".join(row[0] for row in used)
 
 
+def test_version_10_opens_a_version_9_databases_units_in_one_call(conn: Connection) -> None:
+    """Issue 21: V10 adds the one-call openings; a filled V9 store's rows are found by them."""
+    from cronctl.store.pg import functions
+
+    _upgraded_with_jobs(conn, 10, '{"last_status": "success"}')
+    with conn.transaction():
+        opened = functions.open_named(conn, ["a", "b"], [])
+    assert opened is not None and [row[0] for row in opened.rows] == ["a", "b"]
+    assert opened.rows[0][2] == {"last_status": "success"}
+
+
 def test_version_9_keeps_a_version_8_databases_live_and_ended_runs_and_odd_jobs(conn: Connection) -> None:
     """Issue 21: V9 moves what the partial indexes read into stored columns computed from `state`
     (a run's `live`, a job's `odd` and `owes`). A filled V8 store keeps every row and finds each
     again by the new indexes; one live run of an exclusive job is still all the database allows."""
     from cronctl.store.pg import functions, stale
-    from cronctl.store.pg.schema import MIGRATIONS, ODD_ROW, OWING_ROW
+    from cronctl.store.pg.schema import ODD_ROW, OWING_ROW
 
     assert ensure_schema(conn, MIGRATIONS[:8]) == 8
     run = ("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state, claim, lease_expires_at)"

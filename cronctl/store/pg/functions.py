@@ -210,32 +210,64 @@ BEGIN
     RETURN QUERY SELECT c.chain_id, c.chain FROM cronctl_chains AS c WHERE c.ended_at IS NULL ORDER BY c.chain_id;
 END $$"""
 
+# The SQL V8's unit end and fired keys share with V9's (whose one-row paths come first): a released
+# migration's text never changes, so V8's is built of these byte for byte as it was written.
+_END_UNIT_HEAD = """CREATE OR REPLACE FUNCTION cronctl_end_unit(
+    states jsonb[], next_runs timestamptz[], wakes timestamptz[], paused_now boolean[], names text[],
+    fired_jobs text[], fired_slots timestamptz[], marked_jobs text[], marked_slots timestamptz[],
+    meta_keys text[], meta_values jsonb[],
+    host text, events text[], jobs text[], run_ids text[], slots timestamptz[], fences bigint[], reasons text[],
+    details jsonb[]) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$"""
+_END_JOBS = """        UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
+               paused = u.paused, updated_at = clock_timestamp(), last_slot = greatest(j.last_slot, k.slot)
+          FROM unnest(states, next_runs, wakes, paused_now, names) AS u(state, next_run_at, wake_at, paused, name)
+               LEFT JOIN (SELECT f.name, max(f.slot) AS slot FROM unnest(fired_jobs, fired_slots) AS f(name, slot)
+                           GROUP BY f.name) AS k ON k.name = u.name
+         WHERE j.name = u.name;"""
+_END_MARKS = """    IF cardinality(marked_jobs) > 0 THEN  -- the marks of jobs whose row is not otherwise written
+        UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
+          FROM (SELECT m.name, max(m.slot) AS slot FROM unnest(marked_jobs, marked_slots) AS m(name, slot)
+                 GROUP BY m.name) AS k
+         WHERE j.name = k.name;
+    END IF;"""
+_END_META = """        UPDATE cronctl_meta AS m SET value = u.value FROM unnest(meta_keys, meta_values) AS u(key, value)
+         WHERE m.key = u.key;"""
+_END_AUDIT = """        INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
+        SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, NULL, host
+          FROM unnest(events, jobs, run_ids, slots, fences, reasons, details)
+               WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
+         ORDER BY u.n;"""
+_FIRED_HEAD = """CREATE OR REPLACE FUNCTION cronctl_fired(jobs text[], slots timestamptz[], attempts integer[])
+RETURNS TABLE (fired_job text, fired_slot timestamptz, fired_attempt integer, mark timestamptz)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$"""
+_FIRED_JOIN = """            SELECT r.job, r.slot, r.attempt, NULL::timestamptz
+              FROM unnest(jobs, slots, attempts) AS k(job, slot, attempt)
+              JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt;"""
+_FIRED_MARKS = """    RETURN QUERY
+        SELECT j.name, NULL::timestamptz, NULL::integer, j.last_slot FROM cronctl_jobs AS j
+         WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;"""
+
 # fired.py: the claimed keys that already have their run (rows with an attempt), then the
 # high-water marks of the claimed jobs (rows with a mark): a scheduled slot at or before its
 # job's mark was dispatched already, whatever next_run_at says. The keys by a join, one probe
 # of cronctl_runs_once per claim (three `= ANY` would probe every combination of the arrays: a
 # burst of 500 claims over several slots, a quarter million).
-_FIRED = """
-CREATE OR REPLACE FUNCTION cronctl_fired(jobs text[], slots timestamptz[], attempts integer[])
-RETURNS TABLE (fired_job text, fired_slot timestamptz, fired_attempt integer, mark timestamptz)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+_FIRED = f"""
+{_FIRED_HEAD}
 BEGIN
     RETURN QUERY
         SELECT r.job, r.slot, r.attempt, NULL::timestamptz
           FROM unnest(jobs, slots, attempts) AS k(job, slot, attempt)
           JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt;
-    RETURN QUERY
-        SELECT j.name, NULL::timestamptz, NULL::integer, j.last_slot FROM cronctl_jobs AS j
-         WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;
+{_FIRED_MARKS}
 END $$"""
 
 # V9's: one claim's key (the run path's case) probes cronctl_runs_once by its three values; the
 # join stays for many. The join's generic plan, guessing 10 keys, hashed the whole runs table
 # while it was small (until a few thousand runs: 40 us a claim, as much as the rest of the call).
-_FIRED_V9 = """
-CREATE OR REPLACE FUNCTION cronctl_fired(jobs text[], slots timestamptz[], attempts integer[])
-RETURNS TABLE (fired_job text, fired_slot timestamptz, fired_attempt integer, mark timestamptz)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+_FIRED_V9 = f"""
+{_FIRED_HEAD}
 BEGIN
     IF cardinality(jobs) = 1 THEN
         RETURN QUERY
@@ -243,13 +275,9 @@ BEGIN
              WHERE r.job = jobs[1] AND r.slot = slots[1] AND r.attempt = attempts[1];
     ELSE
         RETURN QUERY
-            SELECT r.job, r.slot, r.attempt, NULL::timestamptz
-              FROM unnest(jobs, slots, attempts) AS k(job, slot, attempt)
-              JOIN cronctl_runs AS r ON r.job = k.job AND r.slot = k.slot AND r.attempt = k.attempt;
+{_FIRED_JOIN}
     END IF;
-    RETURN QUERY
-        SELECT j.name, NULL::timestamptz, NULL::integer, j.last_slot FROM cronctl_jobs AS j
-         WHERE j.name = ANY(jobs) AND j.last_slot IS NOT NULL;
+{_FIRED_MARKS}
 END $$"""
 
 # The end of a unit (document.doc_transaction), one call: the changed job rows (arrays, one
@@ -259,41 +287,20 @@ END $$"""
 # counters and metrics rows (locked when the unit began) and the unit's audit rows, in their
 # order (ids rise as the arrays go). Their rows were all locked before, so the order of these
 # writes against each other and the runs rows changes nothing.
-_END_UNIT = """
-CREATE OR REPLACE FUNCTION cronctl_end_unit(
-    states jsonb[], next_runs timestamptz[], wakes timestamptz[], paused_now boolean[], names text[],
-    fired_jobs text[], fired_slots timestamptz[], marked_jobs text[], marked_slots timestamptz[],
-    meta_keys text[], meta_values jsonb[],
-    host text, events text[], jobs text[], run_ids text[], slots timestamptz[], fences bigint[], reasons text[],
-    details jsonb[]) RETURNS void
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+_END_UNIT = f"""
+{_END_UNIT_HEAD}
 BEGIN
     IF cardinality(names) > 0 THEN
         -- A job whose run was dispatched gets its mark in the same row version (greatest() skips
         -- the NULL of a job without one): a second UPDATE would write every index of the row again.
-        UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
-               paused = u.paused, updated_at = clock_timestamp(), last_slot = greatest(j.last_slot, k.slot)
-          FROM unnest(states, next_runs, wakes, paused_now, names) AS u(state, next_run_at, wake_at, paused, name)
-               LEFT JOIN (SELECT f.name, max(f.slot) AS slot FROM unnest(fired_jobs, fired_slots) AS f(name, slot)
-                           GROUP BY f.name) AS k ON k.name = u.name
-         WHERE j.name = u.name;
+{_END_JOBS}
     END IF;
-    IF cardinality(marked_jobs) > 0 THEN  -- the marks of jobs whose row is not otherwise written
-        UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
-          FROM (SELECT m.name, max(m.slot) AS slot FROM unnest(marked_jobs, marked_slots) AS m(name, slot)
-                 GROUP BY m.name) AS k
-         WHERE j.name = k.name;
-    END IF;
+{_END_MARKS}
     IF cardinality(meta_keys) > 0 THEN
-        UPDATE cronctl_meta AS m SET value = u.value FROM unnest(meta_keys, meta_values) AS u(key, value)
-         WHERE m.key = u.key;
+{_END_META}
     END IF;
     IF cardinality(events) > 0 THEN
-        INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
-        SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, NULL, host
-          FROM unnest(events, jobs, run_ids, slots, fences, reasons, details)
-               WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
-         ORDER BY u.n;
+{_END_AUDIT}
     END IF;
 END $$"""
 
@@ -301,14 +308,8 @@ END $$"""
 # claim, a dispatch, a finish: one job row, one meta row, one audit row). The general path's
 # unnest, join and aggregate cost each write 50-65 us more than the row by its name, a sixth of
 # the server's time of a run (issue 21); the general path stays for the writes of many rows.
-_END_UNIT_V9 = """
-CREATE OR REPLACE FUNCTION cronctl_end_unit(
-    states jsonb[], next_runs timestamptz[], wakes timestamptz[], paused_now boolean[], names text[],
-    fired_jobs text[], fired_slots timestamptz[], marked_jobs text[], marked_slots timestamptz[],
-    meta_keys text[], meta_values jsonb[],
-    host text, events text[], jobs text[], run_ids text[], slots timestamptz[], fences bigint[], reasons text[],
-    details jsonb[]) RETURNS void
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+_END_UNIT_V9 = f"""
+{_END_UNIT_HEAD}
 BEGIN
     IF cardinality(names) = 1 THEN
         UPDATE cronctl_jobs AS j SET state = states[1], next_run_at = next_runs[1], wake_at = wakes[1],
@@ -318,34 +319,19 @@ BEGIN
                                                    WHERE f.name = names[1]))
          WHERE j.name = names[1];
     ELSIF cardinality(names) > 1 THEN
-        UPDATE cronctl_jobs AS j SET state = u.state, next_run_at = u.next_run_at, wake_at = u.wake_at,
-               paused = u.paused, updated_at = clock_timestamp(), last_slot = greatest(j.last_slot, k.slot)
-          FROM unnest(states, next_runs, wakes, paused_now, names) AS u(state, next_run_at, wake_at, paused, name)
-               LEFT JOIN (SELECT f.name, max(f.slot) AS slot FROM unnest(fired_jobs, fired_slots) AS f(name, slot)
-                           GROUP BY f.name) AS k ON k.name = u.name
-         WHERE j.name = u.name;
+{_END_JOBS}
     END IF;
-    IF cardinality(marked_jobs) > 0 THEN  -- the marks of jobs whose row is not otherwise written
-        UPDATE cronctl_jobs AS j SET last_slot = greatest(j.last_slot, k.slot)
-          FROM (SELECT m.name, max(m.slot) AS slot FROM unnest(marked_jobs, marked_slots) AS m(name, slot)
-                 GROUP BY m.name) AS k
-         WHERE j.name = k.name;
-    END IF;
+{_END_MARKS}
     IF cardinality(meta_keys) = 1 THEN
         UPDATE cronctl_meta AS m SET value = meta_values[1] WHERE m.key = meta_keys[1];
     ELSIF cardinality(meta_keys) > 1 THEN
-        UPDATE cronctl_meta AS m SET value = u.value FROM unnest(meta_keys, meta_values) AS u(key, value)
-         WHERE m.key = u.key;
+{_END_META}
     END IF;
     IF cardinality(events) = 1 THEN
         INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
         VALUES (events[1], jobs[1], run_ids[1], slots[1], fences[1], reasons[1], details[1], NULL, host);
     ELSIF cardinality(events) > 1 THEN
-        INSERT INTO cronctl_audit (event, job, run_id, slot, fence, reason, details, loop_id, host_id)
-        SELECT u.event, u.job, u.run_id, u.slot, u.fence, u.reason, u.details, NULL, host
-          FROM unnest(events, jobs, run_ids, slots, fences, reasons, details)
-               WITH ORDINALITY AS u(event, job, run_id, slot, fence, reason, details, n)
-         ORDER BY u.n;
+{_END_AUDIT}
     END IF;
 END $$"""
 
