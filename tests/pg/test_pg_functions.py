@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,40 +23,22 @@ from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_job
 from cronctl.store.pg.transaction import Limits, short_transaction
-from tests.pg.pghelp import db_now, one, put_due_job, wait_until_blocked
+from tests.pg.pghelp import (
+    db_now,
+    insert_live_run,
+    one,
+    open_named_rows,
+    put_due_job,
+    waited_for_row,
+)
 
 
-def _insert_live_run(conn: Connection, job: str, run_id: str) -> None:
-    conn.execute("INSERT INTO cronctl_runs (run_id, job, slot, trigger, exclusive, state, claim, host_id)"
-                 " VALUES (%s, %s, clock_timestamp(), 'schedule', true, 'running', %s, 'host-a')",
-                 (run_id, job, Jsonb({"run_id": run_id, "owner": {"pid": 1}})))
-
-
-def _open_named_rows(conn: Connection, names: list[str]) -> list[functions.LIVE_ROWS]:
-    opened = functions.open_named(conn, names, [])
-    assert opened is not None
-    return opened.rows
-
-
-@pytest.mark.parametrize("lock_named", [functions.lock_named, _open_named_rows], ids=["steps", "in-one"])
+@pytest.mark.parametrize("lock_named", [functions.lock_named, open_named_rows], ids=["steps", "in-one"])
 def test_a_unit_that_waited_for_the_lock_reads_the_run_its_holder_committed(
         connections: Callable[[], Connection], lock_named: Callable[[Connection, list[str]], Any]) -> None:
-    holder, waiter, observer = connections(), connections(), connections()
-    put_due_job(observer, "j")
-    result: dict[str, Any] = {}
-    with holder.transaction():
-        holder.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'j' FOR UPDATE")
-
-        def lock() -> None:
-            with waiter.transaction():
-                result["rows"] = lock_named(waiter, ["j"])
-
-        thread = threading.Thread(target=lock)
-        thread.start()
-        wait_until_blocked(observer, waiter)
-        _insert_live_run(holder, "j", "r1")  # committed by the holder while the waiter waits
-    thread.join(timeout=15)
-    rows = result["rows"]
+    put_due_job(connections(), "j")
+    rows, _ = waited_for_row(connections, "j", lambda waiter: lock_named(waiter, ["j"]),
+                             lambda holder: insert_live_run(holder, "j", "r1"))  # committed while the waiter waits
     assert [row[0] for row in rows] == ["j", "j"]
     assert rows[1][3] == "r1" and rows[1][4]["owner"] == {"pid": 1} and rows[1][5] == "host-a"
 
@@ -178,7 +159,7 @@ def test_a_named_unit_opens_in_one_call_unless_its_jobs_have_chains_to_plan(conn
     put_due_job(conn, "b")
     put_due_job(conn, "c")
     put_job(conn, JobSpec(name="after-b", command="true", after=("b",)), None)
-    _insert_live_run(conn, "a", "ra")
+    insert_live_run(conn, "a", "ra")
     keys = _put_meta(conn)
     before = db_now(conn)
     with conn.transaction():

@@ -23,7 +23,7 @@ from cronctl.store.pg import functions
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.jobs import put_entry
 from cronctl.store.pg.leases import PgLeaseStore
-from tests.pg.pghelp import db_now, one
+from tests.pg.pghelp import db_now, one, open_named_rows
 
 OWNER = Owner("hot", 4001, 1.0, "boot-hot")
 JOB = JobSpec(name="hot", command="true", every=60.0)
@@ -113,13 +113,7 @@ def churn(conn: Connection, others: int = 200, ended: int = 300) -> None:
     conn.commit()
 
 
-def _open_named(conn: Connection, names: list[str]) -> list[functions.LIVE_ROWS]:
-    opened = functions.open_named(conn, names, [])
-    assert opened is not None
-    return opened.rows
-
-
-@pytest.mark.parametrize("lock_named", [functions.lock_named, _open_named], ids=["steps", "in-one"])
+@pytest.mark.parametrize("lock_named", [functions.lock_named, open_named_rows], ids=["steps", "in-one"])
 def test_a_jobs_live_runs_are_read_without_visiting_other_runs(
         conn: Connection, lock_named: Callable[[Connection, list[str]], list[functions.LIVE_ROWS]]) -> None:
     """The run path's read of a job's live runs (every unit) visits a page or two: not the live

@@ -4,7 +4,6 @@ without a lock, the meta rows, the chains; and a unit with chains to plan opens 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +15,7 @@ from cronctl.store.pg.chain_rows import ChainPlan
 from cronctl.store.pg.connect import Connection
 from cronctl.store.pg.document import OpenInOne, doc_transaction, rows_due, rows_named
 from cronctl.store.pg.jobs import put_job
-from tests.pg.pghelp import put_due_job, wait_until_blocked
-from tests.pg.test_pg_functions import _insert_live_run
+from tests.pg.pghelp import insert_live_run, put_due_job, waited_for_row
 
 
 def _opened(conn: Connection, in_one: OpenInOne | None, unit: str, meta: bool) -> dict[str, Any]:
@@ -48,7 +46,7 @@ def test_a_unit_opened_in_one_call_holds_what_the_steps_hold(conn: Connection, u
         conn.execute("UPDATE cronctl_jobs SET wake_at = next_run_at")
         conn.execute("INSERT INTO cronctl_meta (key, value) VALUES ('counters@h', '{\"runs\": 3}')"
                      " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")  # metrics@h: not yet there
-    _insert_live_run(conn, "y", "ry")
+    insert_live_run(conn, "y", "ry")
     calls: list[str] = []
     in_one = _opened(conn, _in_one(unit, calls), unit, meta)
     steps = _opened(conn, None, unit, meta)
@@ -73,19 +71,7 @@ def test_a_named_unit_with_chains_to_plan_opens_step_by_step(conn: Connection) -
 def test_an_opened_unit_judges_after_its_locks(connections: Callable[[], Connection]) -> None:
     """The clock a unit judges by is read once its locks are held (as `begin` reads it), not
     when the call arrived: a unit that waited for a row judges after the holder let it go."""
-    holder, waiter, observer = connections(), connections(), connections()
-    put_due_job(observer, "y")
-    result: dict[str, Any] = {}
-    with holder.transaction():
-        holder.execute("SELECT 1 FROM cronctl_jobs WHERE name = 'y' FOR UPDATE")
-
-        def open_y() -> None:
-            with waiter.transaction():
-                result["opened"] = functions.open_named(waiter, ["y"], [])
-
-        thread = threading.Thread(target=open_y)
-        thread.start()
-        wait_until_blocked(observer, waiter)
-        released = holder.execute("SELECT clock_timestamp()").fetchone()
-    thread.join(timeout=15)
-    assert released is not None and result["opened"].at > released[0]
+    put_due_job(connections(), "y")
+    opened, released = waited_for_row(connections, "y", lambda waiter: functions.open_named(waiter, ["y"], []),
+                                      lambda holder: holder.execute("SELECT clock_timestamp()").fetchone())
+    assert released is not None and opened.at > released[0]

@@ -135,8 +135,8 @@ def _open(conn: Connection, host_id: str, lock: LockRows, meta: bool, chains: Pl
     """The unit's document, its rows locked; and whether it locked the meta rows."""
     keys = meta_keys(host_id)
     opened = in_one.call(conn, keys if meta else []) if in_one is not None else None
-    if opened is not None:
-        plan = in_one.plan if in_one is not None else None
+    if in_one is not None and opened is not None:
+        plan = in_one.plan
         jobs = locked_entries(opened.rows)
         read_only = _read_dependants(conn, jobs, opened.after)
         tx = _document(conn, host_id, jobs, opened.at)
